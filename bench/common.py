@@ -1,0 +1,28 @@
+"Shared helpers for the benchmarks: timing and recording results as JSON in bench/results/."
+import json, os, platform, statistics, sys, time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / 'results'
+
+
+def timed(fn, repeat=5):
+    "Median and all wall-clock seconds of `repeat` calls of `fn`."
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
+    return statistics.median(ts), ts
+
+
+def machine():
+    import lance, pyarrow
+    return dict(python=sys.version.split()[0], cpus=os.cpu_count(), platform=platform.platform(),
+                pylance=lance.__version__, pyarrow=pyarrow.__version__)
+
+
+def record(name, **figures):
+    "Write `figures` (plus the machine) to bench/results/`name`.json and print them."
+    RESULTS.mkdir(exist_ok=True)
+    out = dict(benchmark=name, date=time.strftime('%Y-%m-%d'), machine=machine(), **figures)
+    (RESULTS / f'{name}.json').write_text(json.dumps(out, indent=1) + '\n')
+    print(json.dumps(figures, indent=1))
+    return out
