@@ -4,10 +4,10 @@ fragment vs the same table compacted by `prx_nb.ingest.compact`; a selective fil
 Goal (issue 2): the compacted table answers at least 10x faster.
 Usage: python bench/bench_fragments.py [--rows N] [--rows-per-fragment K] [--repeat R]
 """
-import argparse, shutil, tempfile
+import shutil, tempfile
 from pathlib import Path
 import lance, numpy as np, pyarrow as pa
-from common import timed, record
+from common import timed, record, parser
 from prx_nb.ingest import SCHEMA, compact, fragment_health
 from prx_nb.profile import duck
 
@@ -24,6 +24,12 @@ def metadata_table(n, seed=0):
                 nbytes=(w * h // 8).astype('int64'), status=np.where(rng.random(n) < .97, 'ok', 'truncated'),
                 reason=[''] * n, caption_source=caps)
     return pa.table(cols, schema=SCHEMA)
+
+
+def _same(a, b):
+    "Same answer from both tables (a filtered table, a count, or group rows in any order)."
+    if isinstance(a, pa.Table): return a.num_rows == b.num_rows
+    return sorted(a) == sorted(b) if isinstance(a, list) else a == b
 
 
 def main(rows=1_000_000, rows_per_fragment=1000, repeat=5):
@@ -43,7 +49,7 @@ def main(rows=1_000_000, rows_per_fragment=1000, repeat=5):
         }
         for q, fn in queries.items():
             a, b = fn(frag), fn(comp)
-            assert (a.num_rows == b.num_rows) if isinstance(a, pa.Table) else (sorted(a) == sorted(b) if isinstance(a, list) else a == b), 'tables disagree'
+            assert _same(a, b), f'{q}: the two tables disagree'
             tf, _ = timed(lambda: fn(frag), repeat); tcq, _ = timed(lambda: fn(comp), repeat)
             res[q] = dict(fragmented_ms=round(tf * 1e3, 1), compacted_ms=round(tcq * 1e3, 1), speedup=round(tf / tcq, 1))
             print(f"{q}: fragmented {tf*1e3:.1f} ms vs compacted {tcq*1e3:.1f} ms -> {tf/tcq:.1f}x")
@@ -53,7 +59,7 @@ def main(rows=1_000_000, rows_per_fragment=1000, repeat=5):
 
 
 if __name__ == '__main__':
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument('--rows', type=int, default=1_000_000)
     ap.add_argument('--rows-per-fragment', type=int, default=1000)
     ap.add_argument('--repeat', type=int, default=5)

@@ -3,10 +3,10 @@
 Goal (issue 2): ingest excluding the Lance write costs under a quarter of the decode.
 Usage: python bench/bench_ingest_decode.py [--repeat N]
 """
-import argparse, io, tempfile, time
+import io, tempfile, time
 from pathlib import Path
 from PIL import Image
-from common import timed, record
+from common import timed, record, parser
 from prx_nb.demo import gather_photos
 from prx_nb.ingest import make_row, ingest
 
@@ -36,6 +36,6 @@ def main(repeat=3):
 
 
 if __name__ == '__main__':
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument('--repeat', type=int, default=3, help='timed repetitions (median is reported)')
     main(**vars(ap.parse_args()))

@@ -4,10 +4,10 @@ The input is a folder of N real photos (the photo cache, linked under distinct n
 files of 0.01-16 MP). Ray's start-up is timed separately from the ingest itself.
 Usage: python bench/bench_ray_ingest.py [--files N] [--workers W]
 """
-import argparse, os, shutil, tempfile, time
+import os, shutil, tempfile, time
 from pathlib import Path
 import lance
-from common import record
+from common import record, parser
 from prx_nb.demo import gather_photos
 from prx_nb.ingest import ingest
 
@@ -33,7 +33,7 @@ def main(files=3000, workers=2):
 
 
 if __name__ == '__main__':
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument('--files', type=int, default=3000)
     ap.add_argument('--workers', type=int, default=2)
     main(**vars(ap.parse_args()))

@@ -1,5 +1,5 @@
 "Shared helpers for the benchmarks: timing and recording results as JSON in bench/results/."
-import json, os, platform, statistics, sys, time
+import argparse, json, os, platform, statistics, sys, time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / 'results'
@@ -26,3 +26,8 @@ def record(name, **figures):
     (RESULTS / f'{name}.json').write_text(json.dumps(out, indent=1) + '\n')
     print(json.dumps(figures, indent=1))
     return out
+
+
+def parser(doc):
+    "An ArgumentParser whose help is the benchmark's docstring."
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
