@@ -1,0 +1,65 @@
+"""Bucket + Lanczos resize + JPEG q92 encode of the real photos: prx_nb's Bucketer vs img2dataset's Resizer
+configured to the same output sizes with Lanczos, one core each, in one run; and the floor (merely decoding the files).
+
+img2dataset 1.47 pins opencv-python-headless<5 and pulls wandb and albumentations, so it lives in its own
+environment, bench/.peer (made on first use: python3.11 -m venv bench/.peer && bench/.peer/bin/pip install
+img2dataset==1.47.0). The peer resizes to the bucket's cover size (short side = the cover's short side); prx_nb also
+centre-crops to the bucket, which the peer does not do (the crop is a copy of a few rows).
+Goal (issue 3): >= 1.3x the peer's throughput.
+Usage: python bench/bench_bucket.py [--repeat N]
+"""
+import io, json, subprocess, sys
+from pathlib import Path
+from PIL import Image
+from common import timed, record, parser
+from prx_nb.bucket import Bucketer, cover_size
+from prx_nb.demo import gather_photos
+
+PEER = Path(__file__).parent / '.peer' / 'bin' / 'python'
+
+
+def peer_env():
+    if not PEER.exists():
+        subprocess.run(['python3.11', '-m', 'venv', str(PEER.parent.parent)], check=True)
+        subprocess.run([str(PEER.parent / 'pip'), 'install', '-q', 'img2dataset==1.47.0'], check=True)
+    return PEER
+
+
+def run_config(name, bucketer, files, repeat):
+    jobs = []
+    for p in files:
+        r, _ = bucketer.render(p.read_bytes())
+        if r.ok: jobs.append((p, min(cover_size(r.src_width, r.src_height, r.width, r.height))))
+    data = [p.read_bytes() for p, _ in jobs]
+    ours, _ = timed(lambda: [bucketer(b) for b in data], repeat)
+    def decode():
+        for b in data:
+            with Image.open(io.BytesIO(b)) as im: im.load()
+    floor, _ = timed(decode, repeat)
+    out = subprocess.run([str(peer_env()), str(Path(__file__).parent / 'peer_img2dataset.py')], capture_output=True, text=True, check=True,
+                         input=json.dumps(dict(files=[[str(p), s] for p, s in jobs], repeat=repeat)), env={'NO_ALBUMENTATIONS_UPDATE': '1', 'OMP_NUM_THREADS': '1'})
+    peer = json.loads(out.stdout.strip().splitlines()[-1])
+    mp = sum(Image.open(p).size[0] * Image.open(p).size[1] for p, _ in jobs) / 1e6
+    res = dict(images=len(jobs), source_megapixels=round(mp, 1), prx_images_per_s=round(len(jobs) / ours, 2),
+               img2dataset_images_per_s=round(len(jobs) / peer['resize_s'], 2), speedup=round(peer['resize_s'] / ours, 2),
+               pillow_full_decode_s=round(floor, 3), cv2_full_decode_s=round(peer['decode_s'], 3), prx_s=round(ours, 3),
+               prx_over_full_decode=round(ours / floor, 2))
+    print(f"{name}: prx_nb {res['prx_images_per_s']} img/s vs img2dataset {res['img2dataset_images_per_s']} img/s -> {res['speedup']}x; "
+          f"prx_nb takes {res['prx_over_full_decode']}x the time of a plain full decode")
+    return res
+
+
+def main(repeat=3):
+    files = sorted(p for p in gather_photos().iterdir() if p.suffix != '.json')
+    walls = [p for p in files if p.name.startswith('lomiri')]
+    res = dict(all_photos_default_tiers=run_config('all photos, tiers 512-4096', Bucketer(), files, repeat),
+               wallpapers_default_tiers=run_config('wallpapers, tiers 512-4096', Bucketer(), walls, repeat),
+               wallpapers_tier_512=run_config('wallpapers, tier 512 only', Bucketer(tiers=(512,)), walls, repeat))
+    res['goal_met'] = all(v['speedup'] >= 1.3 for v in res.values())
+    record('bucket', **res)
+
+
+if __name__ == '__main__':
+    ap = parser(__doc__)
+    ap.add_argument('--repeat', type=int, default=3)
+    main(**vars(ap.parse_args()))
