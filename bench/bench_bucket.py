@@ -8,7 +8,7 @@ centre-crops to the bucket, which the peer does not do (the crop is a copy of a 
 Goal (issue 3): >= 1.3x the peer's throughput.
 Usage: python bench/bench_bucket.py [--repeat N]
 """
-import io, json, subprocess, sys
+import io, json, subprocess
 from pathlib import Path
 from PIL import Image
 from common import timed, record, parser
