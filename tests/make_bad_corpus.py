@@ -1,7 +1,6 @@
 """Regenerate tests/data/bad: one file per kind of bad input, named STATUS__description.ext (the expected status first)."""
-import io, struct, zlib
+import struct, zlib
 from pathlib import Path
-from PIL import Image
 from prx_nb.core import tiny_image, with_orientation
 
 def png_chunk(kind: bytes, data: bytes) -> bytes:

@@ -75,7 +75,7 @@ def test_ray_path_gives_the_same_table(tmp_path, demo):
     assert s2.n_added == 5 and len(set(ids(b))) == len(ids(b)) == ta.num_rows + 5
 
 
-@pytest.mark.parametrize('script', ['prx_ingest', 'prx_compact', 'prx_profile', 'prx_photos', 'prx_demo_sources', 'prx_demo', 'prx_write_mds', 'prx_skip'])
+@pytest.mark.parametrize('script', ['prx_ingest', 'prx_compact', 'prx_profile', 'prx_photos', 'prx_demo_sources', 'prx_demo', 'prx_write_mds', 'prx_skip', 'prx_optout', 'prx_skip_stats', 'prx_rewrite'])
 def test_console_scripts_have_help(script):
     r = subprocess.run([str(BIN / script), '--help'], capture_output=True, text=True)
     assert r.returncode == 0 and 'usage:' in r.stdout and len(r.stdout.splitlines()) > 3

@@ -1,22 +1,25 @@
 "The MDS tree end to end: the console script, the stock reader, and a killed write resumed."
-import json, signal, subprocess, time
+import json, shutil, signal, subprocess, time
 from pathlib import Path
 import pyarrow.parquet as pq
-from streaming import StreamingDataset
 from conftest import BIN
 from prx_nb.bucket import Bucketer
 from prx_nb.demo import demo_sources
 from prx_nb.ingest import ingest
-from prx_nb.mds import plan_buckets
+from prx_nb.mds import plan_buckets, iter_bucket
 
 
-def tree_ids(out: Path) -> dict:
-    "Bucket -> ids, read with the stock StreamingDataset, for every finished bucket under `out`."
-    got = {}
-    for idx in sorted(out.glob('*/*/index.json')):
-        sd = StreamingDataset(local=str(idx.parent), batch_size=1, shuffle=False)
-        got[f'{idx.parent.parent.name}/{idx.parent.name}'] = [sd[i]['id'] for i in range(len(sd))]
-    return got
+def tree_ids(out: Path, stock: bool = False) -> dict:
+    "Bucket -> ids of every finished bucket under `out`; `stock`: read with streaming.StreamingDataset, in a fresh process."
+    if stock:  # a StreamingDataset keeps ~100 /dev/shm handles until its process ends: give it its own
+        code = ('import json, sys; from pathlib import Path; from streaming import StreamingDataset\n'
+                'out = {}\n'
+                'for idx in sorted(Path(sys.argv[1]).glob("*/*/index.json")):\n'
+                '    sd = StreamingDataset(local=str(idx.parent), batch_size=1, shuffle=False)\n'
+                '    out[f"{idx.parent.parent.name}/{idx.parent.name}"] = [sd[i]["id"] for i in range(len(sd))]\n'
+                'print(json.dumps(out))')
+        return json.loads(subprocess.run([str(BIN / 'python'), '-c', code, str(out)], capture_output=True, text=True, check=True).stdout)
+    return {f'{i.parent.parent.name}/{i.parent.name}': [s['id'] for s in iter_bucket(i.parent)] for i in sorted(out.glob('*/*/index.json'))}
 
 
 def test_killed_write_resumes_without_duplicates_or_loss(tmp_path, demo):
@@ -32,7 +35,7 @@ def test_killed_write_resumes_without_duplicates_or_loss(tmp_path, demo):
     assert 0 < len(done_before) < len(plan), f'the kill did not land mid-write ({len(done_before)} of {len(plan)} buckets)'
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert r.stdout.count('(already complete)') == len(done_before)
-    got = tree_ids(out)
+    got = tree_ids(out, stock=True)
     assert sorted(got) == sorted(plan)
     for k, ids in plan.items():
         rejected = pq.read_table(out / k / 'rejected.parquet')['id'].to_pylist()
@@ -52,3 +55,28 @@ def test_cli_help_and_errors(tmp_path, demo):
     meta = [json.loads(p.read_text()) for p in (tmp_path / 'o').glob('*/*/bucket.json')]
     assert sum(m['samples'] for m in meta) == sum(len(v) for v in tree_ids(tmp_path / 'o').values()) > 0
     assert any(len(list(p.parent.glob('shard.*.mds'))) > 1 for p in (tmp_path / 'o').glob('4096/*/index.json'))  # 1 MB shards split big buckets
+
+
+def test_cli_skip_optout_stats_rewrite(tmp_path, demo):
+    t = tmp_path / 't.lance'; ingest(t, demo_sources(demo), progress=False)
+    out, new = tmp_path / 'mds', tmp_path / 'mds2'
+    subprocess.run([str(BIN / 'prx_write_mds'), '--table', str(t), '--out', str(out), '--quiet'], check=True, capture_output=True)
+    before = tree_ids(out)
+    k = max(before, key=lambda k: len(before[k]))
+    text_ids, opt_ids = before[k][:4], before[k][4:5]
+    (tmp_path / 'text.txt').write_text('\n'.join(text_ids + ['not/in/tree']))
+    (tmp_path / 'opt.txt').write_text('\n'.join(opt_ids))
+    r = subprocess.run([str(BIN / 'prx_skip'), '--mds', str(out), '--reason', 'text', '--ids', str(tmp_path / 'text.txt')], capture_output=True, text=True, check=True)
+    assert '4 samples skipped' in r.stdout and '1 ids not in the tree' in r.stdout
+    subprocess.run([str(BIN / 'prx_optout'), '--mds', str(out), '--ids', str(tmp_path / 'opt.txt')], check=True, capture_output=True)
+    r = subprocess.run([str(BIN / 'prx_skip_stats'), '--mds', str(out)], capture_output=True, text=True, check=True)
+    assert 'prx_rewrite' in r.stdout and k in r.stdout  # 5 of the biggest bucket's samples: over 10%
+    assert tree_ids(out) == before  # shards untouched
+    subprocess.run([str(BIN / 'prx_rewrite'), '--mds', str(out), '--out', str(new), '--quiet'], check=True, capture_output=True)
+    after = tree_ids(new)
+    assert after[k] == [i for i in before[k] if i not in text_ids + opt_ids]
+    assert {b: v for b, v in after.items() if b != k} == {b: v for b, v in before.items() if b != k}
+    # a fresh write of the same table into the rewritten tree keeps the opt-out
+    shutil.rmtree(new / k)
+    subprocess.run([str(BIN / 'prx_write_mds'), '--table', str(t), '--out', str(new), '--quiet'], check=True, capture_output=True)
+    assert opt_ids[0] not in tree_ids(new)[k] and text_ids[0] in tree_ids(new)[k]
