@@ -59,3 +59,12 @@ def test_parquet_null_bytes_and_plain_binary_column(tmp_path):
     ingest(tmp_path / 't.lance', [f'parquet:{tmp_path}/p.parquet'], progress=False)
     got = rows(tmp_path / 't.lance')
     assert {k: r['status'] for k, r in got.items()} == {'p.parquet:0': 'ok', 'p.parquet:1': 'unreadable'}
+
+
+def test_metadata_table_as_csv_and_jsonl(tmp_path):
+    (tmp_path / 'a.jpg').write_bytes(tiny_image(500, 400))
+    (tmp_path / 'cat.csv').write_text('uri,caption\na.jpg,a photo\nmissing.jpg,gone\n')
+    (tmp_path / 'cat.jsonl').write_text(json.dumps({'url': 'a.jpg', 'text': 'a photo'}) + '\n')
+    ingest(tmp_path / 't.lance', [f'csv=meta:{tmp_path}/cat.csv', f'jl=meta:{tmp_path}/cat.jsonl'], progress=False)
+    got = {r['id']: r['status'] for r in lance.dataset(str(tmp_path / 't.lance')).to_table(columns=['id', 'status']).to_pylist()}
+    assert got == {'csv/a.jpg': 'ok', 'csv/missing.jpg': 'unreadable', 'jl/a.jpg': 'ok'}
