@@ -4,21 +4,21 @@
 
 # %% ../nbs/05_mds.ipynb #0462e5d7
 from __future__ import annotations
-import json, shutil, time
+import json, os, shutil, socket, time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-import lance, pyarrow as pa, pyarrow.parquet as pq
+import lance, numpy as np, pyarrow as pa, pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from .core import call_parse
 from .bucket import Bucketer
 from .ingest import _read_path
 
 # %% auto #0
-__all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'BucketWrite', 'write_bucket', 'optout_ids', 'MDSWrite', 'write_mds',
-           'iter_bucket', 'skip_path', 'add_skips', 'read_skips', 'skip_reasons', 'skip_ids', 'SkipStreamingDataset',
-           'skip_stats', 'optout', 'rewrite_bucket', 'rewrite', 'prx_write_mds', 'prx_skip', 'prx_optout',
-           'prx_skip_stats', 'prx_rewrite']
+__all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'BucketWrite', 'write_part', 'merge_parts', 'write_bucket', 'optout_ids',
+           'MDSWrite', 'write_mds', 'iter_bucket', 'skip_path', 'add_skips', 'read_skips', 'skip_reasons', 'skip_ids',
+           'SkipStreamingDataset', 'skip_stats', 'optout', 'rewrite_bucket', 'rewrite', 'prx_write_mds', 'prx_skip',
+           'prx_optout', 'prx_skip_stats', 'prx_rewrite']
 
 # %% ../nbs/05_mds.ipynb #67faddf4
 MDS_COLUMNS = {'jpg': 'bytes', 'caption': 'str', 'width': 'int32', 'height': 'int32', 'id': 'str'}
@@ -67,48 +67,124 @@ def _sample_shards(index_json:Path)->list:
     return [s['raw_data']['basename'] for s in json.loads(index_json.read_text())['shards'] for _ in range(s['samples'])]
 
 # %% ../nbs/05_mds.ipynb #d82fc13f
-def _finish_bucket(part:Path, final:Path, man:list, meta:dict)->int:
-    "Give the manifest rows `man` (in write order) their shard and index, write it and `bucket.json`, move `part` into place; returns the shard count."
-    counts = Counter()
-    for m, s in zip(man, _sample_shards(part / 'index.json'), strict=True): m.update(shard=s, index=counts[s]); counts[s] += 1
-    pq.write_table(pa.Table.from_pylist(man) if man else pa.table({'id': pa.array([], pa.string())}), part / 'manifest.parquet')
-    (part / 'bucket.json').write_text(json.dumps(meta | dict(written_at=time.strftime('%Y-%m-%dT%H:%M:%S')), indent=1))  # last: marks it complete
-    shutil.rmtree(final, ignore_errors=True); part.rename(final)
-    return len(counts)
+_REJECTED = pa.schema([('id', pa.string()), ('status', pa.string()), ('reason', pa.string())])
+
+def _manifest_schema(ds)->pa.Schema:
+    "The manifest's columns before shard and index are known; `phash` when the table has one."
+    f = [('id', pa.string()), ('lance_version', pa.int64()), ('src_width', pa.int32()), ('src_height', pa.int32()), ('src_nbytes', pa.int64())]
+    return pa.schema(f + ([('phash', ds.schema.field('phash').type)] if 'phash' in ds.schema.names else []))
+
+def _ids_digest(ids)->str:
+    "A short fingerprint of an ordered id list: a finished part is reused only for exactly the ids it was written for."
+    import hashlib
+    return hashlib.sha1('\n'.join(ids).encode()).hexdigest()[:16]
+
+# %% ../nbs/05_mds.ipynb #b7629a62
+def _seal_part(tmp:Path, part:Path, man:pa.Table, rej:pa.Table, info:dict)->dict:
+    "Finish the MDS dataset written in `tmp`: its manifest, rejections and `part.json` (last), then rename it to `part`."
+    pq.write_table(man, tmp / 'manifest.parquet'); pq.write_table(rej, tmp / 'rejected.parquet')
+    info = info | dict(written=man.num_rows, rejected=dict(Counter(rej['status'].to_pylist())), writer=f'{socket.gethostname()}:{os.getpid()}')
+    (tmp / 'part.json').write_text(json.dumps(info))
+    shutil.rmtree(part, ignore_errors=True); tmp.rename(part)
+    return info
+
+def _done_part(part:Path, digest:str)->dict|None:
+    "The `part.json` of a finished part written for the ids with `digest`, else None."
+    p = part / 'part.json'
+    info = json.loads(p.read_text()) if p.exists() else None
+    return info if info and info.get('ids_digest') == digest else None
+
+# %% ../nbs/05_mds.ipynb #ec30e0b7
+def write_part(ds, # the Lance dataset (at the version being written)
+               key:str, # 'tier/WxH': every row must bucket there
+               ids:list, # the rows of this part, in order
+               part:Path, # the part's folder (complete or absent)
+               bucketer:Bucketer, caption_column:str,
+               shard_bytes:int=128 << 20, # MDS shard size limit
+              )->dict:
+    "Bucket and encode the rows `ids` into one MDS dataset at `part`, with its manifest and rejected rows; a finished part is reused."
+    from streaming import MDSWriter
+    digest = _ids_digest(ids)
+    if (info := _done_part(part, digest)) is not None: return info
+    tmp = part.with_name(part.name + '.partial'); shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
+    schema, man, rej = _manifest_schema(ds), [], []
+    with MDSWriter(out=str(tmp), columns=MDS_COLUMNS, size_limit=shard_bytes) as w:
+        for r in _rows(ds, ids, ['id', 'image', 'uri', 'nbytes', caption_column] + schema.names[5:]):
+            data, err = _image_bytes(r)
+            b = bucketer(data) if data is not None else None
+            why = ('unreadable', err) if data is None else (b.status, b.reason) if not b.ok else ('no_caption', f'{caption_column} is empty') \
+                if not r[caption_column] else None
+            if why: rej.append(dict(id=r['id'], status=why[0], reason=why[1])); continue
+            if f'{b.tier}/{b.bucket}' != key: raise RuntimeError(f'{r["id"]}: planned for {key}, bucketed as {b.tier}/{b.bucket}')
+            w.write(dict(jpg=b.jpeg, caption=r[caption_column], width=b.width, height=b.height, id=r['id']))
+            man.append(dict(id=r['id'], lance_version=ds.version, src_width=b.src_width, src_height=b.src_height, src_nbytes=r['nbytes'],
+                            **{c: r[c] for c in schema.names[5:]}))
+    return _seal_part(tmp, part, pa.Table.from_pylist(man, schema), pa.Table.from_pylist(rej, _REJECTED), dict(ids_digest=digest))
+
+# %% ../nbs/05_mds.ipynb #58646e4f
+def _link(src:Path, dst:Path):
+    "Hard-link `src` as `dst` (no bytes copied), copying only where the filesystem cannot link."
+    try: os.link(src, dst)
+    except OSError: shutil.copyfile(src, dst)
+
+def merge_parts(parts:list, # finished part folders, in sample order
+                final:Path, # the bucket folder to create
+                meta:dict, # what made it, for `bucket.json` (needs `bucket`)
+               )->BucketWrite:
+    "One standalone MDS dataset at `final` from `parts`: shards linked and renumbered, one `index.json`, manifest and rejections; `bucket.json` last."
+    tmp = final.with_name(final.name + '.partial'); shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
+    shards, mans, rejs = [], [], []
+    for p in parts:
+        names, idx = [], []
+        for s in json.loads((p / 'index.json').read_text())['shards']:
+            if s.get('zip_data'): raise ValueError(f'{p}: compressed shards are not supported here')
+            name = f'shard.{len(shards):05d}.mds'; _link(p / s['raw_data']['basename'], tmp / name)
+            shards.append(s | dict(raw_data=s['raw_data'] | dict(basename=name)))
+            names += [name] * s['samples']; idx += range(s['samples'])
+        m = pq.read_table(p / 'manifest.parquet')
+        mans.append(m.append_column('shard', pa.array(names, pa.string())).append_column('index', pa.array(idx, pa.int32())))
+        rejs.append(pq.read_table(p / 'rejected.parquet'))
+    (tmp / 'index.json').write_text(json.dumps(dict(version=2, shards=shards), sort_keys=True))
+    man, rej = pa.concat_tables(mans), pa.concat_tables(rejs)
+    pq.write_table(man, tmp / 'manifest.parquet'); pq.write_table(rej, tmp / 'rejected.parquet')
+    res = BucketWrite(meta['bucket'], man.num_rows, Counter(rej['status'].to_pylist()), len(shards))
+    writers = sorted({json.loads((p / 'part.json').read_text()).get('writer', '') for p in parts})
+    meta = meta | dict(samples=res.written, rejected=dict(res.rejected), shards=res.shards, parts=len(parts), writers=writers, written_at=time.strftime('%Y-%m-%dT%H:%M:%S'))
+    (tmp / 'bucket.json').write_text(json.dumps(meta, indent=1))  # last: marks it complete
+    shutil.rmtree(final, ignore_errors=True); tmp.rename(final)
+    return res
 
 # %% ../nbs/05_mds.ipynb #3d7d07d5
+def _complete(final:Path)->BucketWrite|None:
+    "What a finished bucket folder holds, or None when it is not finished."
+    if not (final / 'bucket.json').exists(): return None
+    m = json.loads((final / 'bucket.json').read_text())
+    return BucketWrite(m['bucket'], m['samples'], Counter(m.get('rejected', {})), m['shards'], True)
+
+def _chunks(ids:list, n:int)->list: return [ids[i:i + n] for i in range(0, len(ids), n)] or [[]]
+
+def _bucket_meta(ds, key, bucketer, caption_column, shard_bytes)->dict:
+    return dict(made_by='prx_nb.mds.write_bucket', bucket=key, table=ds.uri, lance_version=ds.version, caption_column=caption_column,
+                shard_bytes=shard_bytes, quality=bucketer.quality)
+
+def _parts_dir(out:Path, key:str)->Path: return out / (key + '.parts')
+
 def write_bucket(ds, # the Lance dataset (at the version being written)
                  key:str, # 'tier/WxH'
                  ids:list, # the rows planned for this bucket
                  out:Path, # root of the MDS tree
                  bucketer:Bucketer, caption_column:str,
                  shard_bytes:int=128 << 20, # MDS shard size limit
+                 part_rows:int=10_000, # rows per part: the unit of resume and of parallel work
                 )->BucketWrite:
-    "Write one bucket into `out`/`key` via a `.partial` folder renamed into place when complete."
-    from streaming import MDSWriter
-    final, part = out / key, out / (key + '.partial')
-    res = BucketWrite(key)
-    if (final / 'bucket.json').exists():  # complete: report what it holds, write nothing
-        m = json.loads((final / 'bucket.json').read_text())
-        return BucketWrite(key, m['samples'], Counter(m['rejected']), len(set(_sample_shards(final / 'index.json'))), True)
-    shutil.rmtree(part, ignore_errors=True); part.mkdir(parents=True)
-    extra = [c for c in ('phash',) if c in ds.schema.names]
-    man, rej = [], []
-    with MDSWriter(out=str(part), columns=MDS_COLUMNS, size_limit=shard_bytes) as w:
-        for r in _rows(ds, ids, ['id', 'image', 'uri', 'nbytes', caption_column] + extra):
-            data, err = _image_bytes(r)
-            b = bucketer(data) if data is not None else None
-            why = ('unreadable', err) if data is None else (b.status, b.reason) if not b.ok else ('no_caption', f'{caption_column} is empty') \
-                if not r[caption_column] else None
-            if why: rej.append(dict(id=r['id'], status=why[0], reason=why[1])); res.rejected[why[0]] += 1; continue
-            if f'{b.tier}/{b.bucket}' != key: raise RuntimeError(f'{r["id"]}: planned for {key}, bucketed as {b.tier}/{b.bucket}')
-            w.write(dict(jpg=b.jpeg, caption=r[caption_column], width=b.width, height=b.height, id=r['id']))
-            man.append(dict(id=r['id'], lance_version=ds.version, src_width=b.src_width, src_height=b.src_height, src_nbytes=r['nbytes'],
-                            **{c: r[c] for c in extra}))
-    pq.write_table(pa.Table.from_pylist(rej, schema=pa.schema([('id', pa.string()), ('status', pa.string()), ('reason', pa.string())])), part / 'rejected.parquet')
-    res.written, res.shards = len(man), _finish_bucket(part, final, man, dict(
-        made_by='prx_nb.mds.write_bucket', bucket=key, table=ds.uri, lance_version=ds.version, caption_column=caption_column,
-        samples=len(man), rejected=dict(res.rejected), shard_bytes=shard_bytes, quality=bucketer.quality))
+    "Write one bucket into `out`/`key`: parts of `part_rows` rows (finished ones reused), merged into one MDS dataset."
+    final = out / key
+    if (done := _complete(final)) is not None: return done
+    pdir = _parts_dir(out, key)
+    parts = [pdir / f'part.{n:05d}' for n in range(len(_chunks(ids, part_rows)))]
+    for p, c in zip(parts, _chunks(ids, part_rows)): write_part(ds, key, c, p, bucketer, caption_column, shard_bytes)
+    res = merge_parts(parts, final, _bucket_meta(ds, key, bucketer, caption_column, shard_bytes))
+    shutil.rmtree(pdir, ignore_errors=True)
     return res
 
 # %% ../nbs/05_mds.ipynb #76e599e8
@@ -131,14 +207,36 @@ class MDSWrite:
     def written(self)->int: return sum(b.written for b in self.buckets.values())
 
 # %% ../nbs/05_mds.ipynb #a2f04c3b
+def _ray_part(row:dict, table:str, version:int, out:str, bucketer:Bucketer, caption_column:str, shard_bytes:int)->dict:
+    "Ray Data UDF: write one part (`row`: key, path, ids) from the table at `version`."
+    info = write_part(lance.dataset(table, version=version), row['key'], [str(i) for i in row['ids']], Path(out) / row['path'],
+                      bucketer, caption_column, shard_bytes)
+    return dict(key=row['key'], path=row['path'], written=info['written'])
+
+def _ray_parts(ds, plan:dict, out:Path, bucketer, caption_column, shard_bytes, part_rows, address, workers):
+    "Write every unfinished part of `plan` on Ray Data workers, several buckets and parts at once."
+    import ray
+    items = [dict(key=k, path=str((_parts_dir(out, k) / f'part.{n:05d}').relative_to(out)), ids=c)
+             for k, ids in plan.items() if _complete(out / k) is None for n, c in enumerate(_chunks(ids, part_rows))]
+    if not items: return
+    if not ray.is_initialized(): ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False, log_to_driver=False)
+    ray.data.from_items(items, override_num_blocks=len(items)).map(_ray_part, fn_kwargs=dict(
+        table=ds.uri, version=ds.version, out=str(out), bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)).materialize()
+
 def write_mds(table:str, # the Lance table
-              out:str|Path, # root of the MDS tree
+              out:str|Path, # root of the MDS tree (on a cluster: a path every worker sees)
               caption_column:str='caption_source', # which caption goes into the samples
               where:str|None=None, # extra SQL filter (e.g. "source != 'web_crawl'")
               bucketer:Bucketer|None=None, # tiers, buckets and encoding (default: the post's)
               shard_bytes:int=128 << 20, # shard size limit (the post used ~128 MB; MDS's default is 64 MB)
+              part_rows:int=10_000, # rows per part: the unit of resume and of parallel work
+              engine:str='local', # 'local' (single process) or 'ray' (parts written by Ray Data workers, merged here)
+              ray_address:str|None=None, # Ray cluster address (default: start a local Ray)
+              workers:int|None=None, # CPUs for a local Ray
               progress:bool=True)->MDSWrite:
-    "Write the usable rows of `table` as an MDS tree in `out`, one dataset per bucket; finished buckets are not rewritten."
+    "Write the usable rows of `table` as an MDS tree in `out`, one dataset per bucket; finished parts and buckets are not rewritten."
+    if engine not in ('local', 'ray'): raise ValueError(f"engine must be 'local' or 'ray', not {engine!r}")
+    if part_rows < 1: raise ValueError(f'part_rows must be positive, got {part_rows}')
     ds, bucketer, out = lance.dataset(str(table)), bucketer or Bucketer(), Path(out)
     if caption_column not in ds.schema.names:
         caps = [n for n in ds.schema.names if n.startswith('caption')]
@@ -147,7 +245,8 @@ def write_mds(table:str, # the Lance table
     plan = {k: [i for i in ids if i not in excl] for k, ids in plan_buckets(table, bucketer, where).items()}
     plan = {k: v for k, v in plan.items() if v}
     n_ok = ds.count_rows("status = 'ok'" + (f' AND ({where})' if where else ''))
-    res = {k: write_bucket(ds, k, ids, out, bucketer, caption_column, shard_bytes)
+    if engine == 'ray': _ray_parts(ds, plan, out, bucketer, caption_column, shard_bytes, part_rows, ray_address, workers)
+    res = {k: write_bucket(ds, k, ids, out, bucketer, caption_column, shard_bytes, part_rows)
            for k, ids in tqdm(plan.items(), desc='buckets', unit='bucket', disable=not progress)}
     opted = len(excl & set(ds.to_table(columns=['id'])['id'].to_pylist())) if excl else 0
     return MDSWrite(out, ds.version, res, n_ok - opted - sum(map(len, plan.values())))
@@ -199,9 +298,7 @@ def skip_ids(root:str|Path, # the MDS tree
     root, want, found = Path(root), set(ids), set()
     res = {}
     for man in sorted(root.glob('*/*/manifest.parquet')):
-        t = pq.read_table(man, columns=['id', 'shard', 'index']) if pq.read_schema(man).names != ['id'] else None
-        if t is None: continue
-        hit = [r for r in t.to_pylist() if r['id'] in want]
+        hit = [r for r in pq.read_table(man, columns=['id', 'shard', 'index']).to_pylist() if r['id'] in want]
         for shard in {r['shard'] for r in hit}: add_skips(man.parent, shard, reason, [r['index'] for r in hit if r['shard'] == shard])
         if hit: res[f'{man.parent.parent.name}/{man.parent.name}'] = len(hit); found |= {r['id'] for r in hit}
     res['not_found'] = len(want - found)
@@ -212,10 +309,15 @@ from streaming import StreamingDataset
 
 class SkipStreamingDataset(StreamingDataset):
     "A `StreamingDataset` that never yields a sample on the skip lists of `reasons` (None: every reason present)."
-    def __init__(self, *, reasons=None, **kwargs):
+    def __init__(self, *, reasons=None, # skip-list reasons to apply (None: all found)
+                 on_skip:str='substitute', # 'substitute': serve a kept sample in a skipped one's place; 'drop': leave it out
+                 **kwargs): # everything `StreamingDataset` takes
+        if on_skip not in ('substitute', 'drop'): raise ValueError(f"on_skip must be 'substitute' or 'drop', not {on_skip!r}")
         super().__init__(**kwargs)
-        self.reasons = None if reasons is None else set(reasons)
-        self._subst = self._substitutes()
+        self.reasons, self.on_skip = None if reasons is None else set(reasons), on_skip
+        self._lut = self._substitutes()
+        if on_skip == 'drop': self._lut[self._lut != np.arange(len(self._lut))] = -1
+        self._serve = self._lut.tolist()  # a list: the cheapest per-sample lookup from Python
 
 # %% ../nbs/05_mds.ipynb #8f0a9b19
 def _shard_skips(self:SkipStreamingDataset)->list:
@@ -227,28 +329,37 @@ def _shard_skips(self:SkipStreamingDataset)->list:
         out.append(cache[local].get(shard.raw_data.basename, set()))
     return out
 
-def _substitutes(self:SkipStreamingDataset)->dict:
-    "Global id of every skipped sample → the global id of the kept sample served in its place."
-    import numpy as np
-    skips, sub = self._shard_skips(), {}
-    offsets = np.concatenate([[0], np.cumsum(self.samples_per_shard)])
-    kept_all = [int(offsets[s] + i) for s, sk in enumerate(skips) for i in range(self.samples_per_shard[s]) if i not in sk] if any(skips) else []
-    if any(skips) and not kept_all: raise ValueError('every sample of this dataset is skipped: nothing to stream')
+def _substitutes(self:SkipStreamingDataset)->np.ndarray:
+    "Global sample id → the id served in its place: itself when kept, else a kept sample of the same shard (of any shard when none is left)."
+    n, spp = int(self.num_samples), np.asarray(self.samples_per_shard, np.int64)
+    offsets, lut, skipped = np.concatenate([[0], np.cumsum(spp)]), np.arange(n, dtype=np.int64), np.zeros(n, bool)
+    skips = self._shard_skips()
     for s, sk in enumerate(skips):
-        kept = [i for i in range(self.samples_per_shard[s]) if i not in sk]
-        for i in sorted(sk):
-            if i >= self.samples_per_shard[s]: continue
-            g = int(offsets[s] + i); h = (g * 2654435761) % (1 << 32)
-            sub[g] = int(offsets[s] + kept[h % len(kept)]) if kept else kept_all[h % len(kept_all)]
-    self.num_skipped = len(sub)
-    return sub
+        if sk: skipped[offsets[s] + np.array([i for i in sk if 0 <= i < spp[s]], np.int64)] = True
+    self.num_skipped = int(skipped.sum())
+    if not self.num_skipped: return lut
+    kept_all = np.flatnonzero(~skipped)
+    if not len(kept_all): raise ValueError('every sample of this dataset is skipped: nothing to stream')
+    for s in np.flatnonzero([bool(sk) for sk in skips]):
+        lo, hi = offsets[s], offsets[s + 1]
+        g, kept = lo + np.flatnonzero(skipped[lo:hi]), lo + np.flatnonzero(~skipped[lo:hi])
+        pool = kept if len(kept) else kept_all
+        lut[g] = pool[(g * 2654435761) % (1 << 32) % len(pool)]  # a fixed hash: the same substitute every epoch and run
+    return lut
 SkipStreamingDataset._shard_skips, SkipStreamingDataset._substitutes = _shard_skips, _substitutes
 
 # %% ../nbs/05_mds.ipynb #caf4602c
+def _get_work(self:SkipStreamingDataset, epoch:int, sample_in_epoch:int)->np.ndarray:
+    "This worker's sample ids for the epoch, with skipped ones replaced (substitute) or marked -1, which the stock loop passes over (drop)."
+    ids = StreamingDataset._get_work(self, epoch, sample_in_epoch)
+    return np.where(ids >= 0, self._lut[np.maximum(ids, 0)], ids) if self.num_skipped else ids
+
 def _get_item(self:SkipStreamingDataset, sample_id:int, retry:int=7):
-    "The sample at `sample_id`, or its substitute when it is skipped."
-    return StreamingDataset.get_item(self, self._subst.get(int(sample_id), int(sample_id)), retry)
-SkipStreamingDataset.get_item = _get_item
+    "The sample at `sample_id`, or its substitute when it is skipped; `IndexError` for a skipped sample under `on_skip='drop'`."
+    s = self._serve[sample_id]
+    if s < 0: raise IndexError(f'sample {sample_id} is on a skip list and this loader drops skipped samples (on_skip="drop")')
+    return StreamingDataset.get_item(self, s, retry)
+SkipStreamingDataset._get_work, SkipStreamingDataset.get_item = _get_work, _get_item
 
 # %% ../nbs/05_mds.ipynb #63decd91
 def skip_stats(root:str|Path, threshold:float=0.10):
@@ -280,21 +391,21 @@ def optout(root:str|Path, ids)->dict:
 def rewrite_bucket(src:Path, dst:Path, reasons=None, exclude:set=frozenset(), shard_bytes:int=128 << 20)->BucketWrite:
     "Copy the kept samples of bucket folder `src` (bytes as they are) into a fresh bucket folder `dst`."
     from streaming import MDSWriter
-    key = f'{src.parent.name}/{src.name}'
-    if (dst / 'bucket.json').exists():
-        m = json.loads((dst / 'bucket.json').read_text())
-        return BucketWrite(key, m['samples'], Counter(), len(set(_sample_shards(dst / 'index.json'))), True)
-    part = dst.with_name(dst.name + '.partial'); shutil.rmtree(part, ignore_errors=True); part.mkdir(parents=True)
-    skips, man = read_skips(src, reasons), pq.read_table(src / 'manifest.parquet').to_pylist()
-    kept = []
-    with MDSWriter(out=str(part), columns=MDS_COLUMNS, size_limit=shard_bytes) as w:
-        for m, s in zip(man, iter_bucket(src), strict=True):
+    if (done := _complete(dst)) is not None: return done
+    pdir = dst.with_name(dst.name + '.parts'); part = pdir / 'part.00000'
+    tmp = part.with_name(part.name + '.partial'); shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
+    skips, man, keep = read_skips(src, reasons), pq.read_table(src / 'manifest.parquet'), []
+    with MDSWriter(out=str(tmp), columns=MDS_COLUMNS, size_limit=shard_bytes) as w:
+        for i, (m, s) in enumerate(zip(man.select(['id', 'shard', 'index']).to_pylist(), iter_bucket(src), strict=True)):
             if s['id'] != m['id']: raise RuntimeError(f'{src}: manifest and shards disagree at {m["id"]}')
-            if m['index'] in skips.get(m['shard'], set()) or m['id'] in exclude: continue
-            w.write({k: s[k] for k in MDS_COLUMNS}); kept.append(dict(m))
-    meta = json.loads((src / 'bucket.json').read_text()) | dict(made_by='prx_nb.mds.rewrite_bucket', rewritten_from=str(src), samples=len(kept),
-                                                                dropped=len(man) - len(kept))
-    return BucketWrite(key, len(kept), Counter(), _finish_bucket(part, dst, kept, meta))
+            if m['index'] in skips.get(m['shard'], ()) or m['id'] in exclude: continue
+            w.write({k: s[k] for k in MDS_COLUMNS}); keep.append(i)
+    kept = man.take(pa.array(keep, pa.int64())).drop_columns(['shard', 'index'])
+    _seal_part(tmp, part, kept, _REJECTED.empty_table(), dict(ids_digest=_ids_digest(kept['id'].to_pylist())))
+    meta = json.loads((src / 'bucket.json').read_text()) | dict(made_by='prx_nb.mds.rewrite_bucket', rewritten_from=str(src),
+                                                                dropped=man.num_rows - kept.num_rows)
+    res = merge_parts([part], dst, meta); shutil.rmtree(pdir, ignore_errors=True)
+    return res
 
 # %% ../nbs/05_mds.ipynb #924a8c4e
 def rewrite(root:str|Path, out:str|Path, reasons=None, shard_bytes:int=128 << 20, progress:bool=True)->dict:
@@ -313,10 +424,15 @@ def prx_write_mds(table:str=None, # Lance table path or URI (required)
                   caption_column:str='caption_source', # caption column written into the samples
                   where:str=None, # extra SQL filter on the table
                   shard_mb:int=128, # shard size limit in MB
+                  part_rows:int=10_000, # rows per part (the unit of resume and of parallel work)
+                  ray:bool=False, # write parts on Ray Data workers (a local Ray unless --ray-address)
+                  ray_address:str=None, # address of a Ray cluster
+                  workers:int=None, # CPUs for a local Ray (default: all)
                   quiet:bool=False): # no progress bar
     "Write a Lance table as an MDS tree: OUT/<tier>/<W>x<H>/ shards + index.json + manifest, one dataset per bucket."
     if not (table and out): raise SystemExit('prx_write_mds: --table and --out are required')
-    try: w = write_mds(table, out, caption_column, where, shard_bytes=shard_mb << 20, progress=not quiet)
+    try: w = write_mds(table, out, caption_column, where, shard_bytes=shard_mb << 20, part_rows=part_rows, engine='ray' if ray else 'local',
+                       ray_address=ray_address, workers=workers, progress=not quiet)
     except ValueError as e: raise SystemExit(f'prx_write_mds: {e}') from None
     for k, b in w.buckets.items():
         print(f"{k:>16}  {b.written:>7,} samples  {b.shards} shards" + ('  (already complete)' if b.skipped_complete else '')
