@@ -4,7 +4,9 @@ configured to the same output sizes with Lanczos, one core each, in one run; and
 img2dataset 1.47 pins opencv-python-headless<5 and pulls wandb and albumentations, so it lives in its own
 environment, bench/.peer (made on first use: python3.11 -m venv bench/.peer && bench/.peer/bin/pip install
 img2dataset==1.47.0). The peer resizes to the bucket's cover size (short side = the cover's short side); prx_nb also
-centre-crops to the bucket, which the peer does not do (the crop is a copy of a few rows).
+centre-crops to the bucket, which the peer does not do (prx_nb resizes only the region the crop keeps).
+prx_nb is measured twice: its default planar path (Lanczos on YCbCr planes, chroma at half resolution, libjpeg-turbo's planar
+encoder) and its RGB reference path (Bucketer(planar=False): Lanczos on RGB, Pillow encodes).
 Goal (issue 3): >= 1.3x the peer's throughput.
 Usage: python bench/bench_bucket.py [--repeat N]
 """
@@ -26,12 +28,14 @@ def peer_env():
 
 
 def run_config(name, bucketer, files, repeat):
+    rgb = Bucketer(tiers=bucketer.tiers, planar=False)
     jobs = []
     for p in files:
         r, _ = bucketer.render(p.read_bytes())
         if r.ok: jobs.append((p, min(cover_size(r.src_width, r.src_height, r.width, r.height))))
     data = [p.read_bytes() for p, _ in jobs]
     ours, _ = timed(lambda: [bucketer(b) for b in data], repeat)
+    ours_rgb, _ = timed(lambda: [rgb(b) for b in data], repeat)
     def decode():
         for b in data:
             with Image.open(io.BytesIO(b)) as im: im.load()
@@ -42,9 +46,11 @@ def run_config(name, bucketer, files, repeat):
     mp = sum(Image.open(p).size[0] * Image.open(p).size[1] for p, _ in jobs) / 1e6
     res = dict(images=len(jobs), source_megapixels=round(mp, 1), prx_images_per_s=round(len(jobs) / ours, 2),
                img2dataset_images_per_s=round(len(jobs) / peer['resize_s'], 2), speedup=round(peer['resize_s'] / ours, 2),
+               prx_rgb_path_images_per_s=round(len(jobs) / ours_rgb, 2), rgb_path_speedup=round(peer['resize_s'] / ours_rgb, 2),
                pillow_full_decode_s=round(floor, 3), cv2_full_decode_s=round(peer['decode_s'], 3), prx_s=round(ours, 3),
                prx_over_full_decode=round(ours / floor, 2))
-    print(f"{name}: prx_nb {res['prx_images_per_s']} img/s vs img2dataset {res['img2dataset_images_per_s']} img/s -> {res['speedup']}x; "
+    print(f"{name}: prx_nb {res['prx_images_per_s']} img/s (RGB path {res['prx_rgb_path_images_per_s']}) vs img2dataset "
+          f"{res['img2dataset_images_per_s']} img/s -> {res['speedup']}x (RGB path {res['rgb_path_speedup']}x); "
           f"prx_nb takes {res['prx_over_full_decode']}x the time of a plain full decode")
     return res
 

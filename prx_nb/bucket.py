@@ -6,13 +6,14 @@
 from __future__ import annotations
 import dataclasses, io, math
 from dataclasses import dataclass
-import numpy as np
+import numpy as np, simplejpeg
 from PIL import Image
 from .core import open_rgb, probe_image, MAX_PIXELS
 from .profile import TIERS, MAX_UPSCALE, AR_RANGE, assign_tiers
 
 # %% auto #0
-__all__ = ['bucket_sizes', 'bucket_table', 'nearest_bucket', 'Bucketed', 'Bucketer', 'cover_size', 'center_crop_box', 'psnr']
+__all__ = ['bucket_sizes', 'bucket_table', 'nearest_bucket', 'Bucketed', 'Planes', 'Bucketer', 'cover_size', 'center_crop_box',
+           'psnr']
 
 # %% ../nbs/04_bucket.ipynb #8a1daade
 def _best_size(tier:int, r:float, divisor:int)->tuple:
@@ -69,6 +70,18 @@ class Bucketed:
     @property
     def bucket(self)->str: return f'{self.width}x{self.height}'
 
+# %% ../nbs/04_bucket.ipynb #4814647d
+@dataclass(frozen=True)
+class Planes:
+    "A bucket-sized image as JPEG stores it: full-resolution luma `y`, half-resolution chroma `cb` and `cr` (4:2:0), 8-bit `L` images."
+    y: Image.Image
+    cb: Image.Image
+    cr: Image.Image
+    def rgb(self)->Image.Image:
+        "The planes as one RGB image (chroma upsampled bilinearly), for looking and comparing."
+        up = [c.resize(self.y.size, Image.BILINEAR) for c in (self.cb, self.cr)]
+        return Image.merge('YCbCr', (self.y, *up)).convert('RGB')
+
 # %% ../nbs/04_bucket.ipynb #97db8e7b
 class Bucketer:
     "Assign, resize (Lanczos, cover + centre crop) and encode (JPEG) images into the tier/aspect buckets."
@@ -77,13 +90,14 @@ class Bucketer:
                  quality:int=92, # JPEG quality
                  oversample:float=2.0, # reduced JPEG decode keeps at least this factor over the resized size (0: never reduce)
                  background=(255, 255, 255), # RGB under transparent pixels
-                 max_pixels:int=MAX_PIXELS):
+                 max_pixels:int=MAX_PIXELS,
+                 planar:bool=True): # resample and encode YCbCr planes (fast); False: resample RGB, Pillow encodes (the reference path)
         if not 1 <= quality <= 100: raise ValueError(f'quality must be in 1..100, got {quality}')
         if max_upscale < 1: raise ValueError(f'max_upscale must be >= 1, got {max_upscale}')
         if oversample and oversample < 1: raise ValueError(f'oversample must be 0 (off) or >= 1, got {oversample}')
         self.tiers, self.ar_range, self.max_upscale = tuple(sorted(tiers)), ar_range, max_upscale
         self.buckets = {t: bucket_sizes(t, divisor, ar_range, count) for t in self.tiers}
-        self.quality, self.oversample, self.background, self.max_pixels = quality, oversample, tuple(background), max_pixels
+        self.quality, self.oversample, self.background, self.max_pixels, self.planar = quality, oversample, tuple(background), max_pixels, planar
 
 # %% ../nbs/04_bucket.ipynb #c4bb1cb8
 def _assign(self:Bucketer, width:int, height:int)->tuple:
@@ -106,7 +120,7 @@ def center_crop_box(width:int, height:int, bw:int, bh:int)->tuple:
 
 # %% ../nbs/04_bucket.ipynb #69f3fdb6
 def _render(self:Bucketer, data:bytes)->tuple:
-    "(Bucketed without bytes, the resized and cropped RGB image or None): everything but the encode."
+    "(Bucketed without bytes, the bucket-sized `Planes` (or RGB image when not `planar`), or None): everything but the encode."
     info = probe_image(data, self.max_pixels)
     if not info.ok: return Bucketed(info.status, info.reason), None
     src = dict(src_width=info.width, src_height=info.height)
@@ -114,18 +128,28 @@ def _render(self:Bucketer, data:bytes)->tuple:
     if not tier: return Bucketed(why, f'{info.width}x{info.height} is outside the buckets', **src), None
     cw, ch = cover_size(info.width, info.height, *b)
     draft = (math.ceil(cw * self.oversample), math.ceil(ch * self.oversample)) if self.oversample else None
-    try: im = open_rgb(data, self.max_pixels, self.background, draft=draft)
+    try: im = open_rgb(data, self.max_pixels, self.background, draft=draft, info=info, ycc=self.planar)
     except ValueError as e: return Bucketed('corrupt', str(e), **src), None
-    return Bucketed('ok', '', tier, b[0], b[1], b'', **src), im.resize((cw, ch), Image.LANCZOS).crop(center_crop_box(cw, ch, *b))
+    sx, sy = im.width / cw, im.height / ch  # the decoded image (full or reduced) in cover-size units
+    l, t, r, btm = center_crop_box(cw, ch, *b)
+    box = (l * sx, t * sy, r * sx, btm * sy)  # resize only the part the crop keeps: same sampling grid, less work
+    ok = Bucketed('ok', '', tier, b[0], b[1], b'', **src)
+    if not self.planar: return ok, im.resize(b, Image.LANCZOS, box=box)
+    y, cb, cr = im.split()
+    half, hbox = ((b[0] + 1) // 2, (b[1] + 1) // 2), tuple(v / 2 for v in box)  # chroma: 2x2 box to its own resolution, then Lanczos
+    return ok, Planes(y.resize(b, Image.LANCZOS, box=box), *(c.reduce(2).resize(half, Image.LANCZOS, box=hbox) for c in (cb, cr)))
 Bucketer.render = _render
 
 # %% ../nbs/04_bucket.ipynb #b61dae94
+def _encode(p, quality:int)->bytes:
+    "JPEG bytes of `p`: `Planes` through libjpeg-turbo's planar encoder, an RGB image through Pillow (4:2:0 both)."
+    if isinstance(p, Planes): return simplejpeg.encode_jpeg_yuv_planes(np.asarray(p.y), np.asarray(p.cb), np.asarray(p.cr), quality=quality)
+    buf = io.BytesIO(); p.save(buf, 'JPEG', quality=quality); return buf.getvalue()
+
 def _call(self:Bucketer, data:bytes)->Bucketed:
     "Bucket one encoded image into JPEG bytes; bad data comes back with a status, never an exception."
-    r, im = self.render(data)
-    if im is None: return r
-    buf = io.BytesIO(); im.save(buf, 'JPEG', quality=self.quality)
-    return dataclasses.replace(r, jpeg=buf.getvalue())
+    r, p = self.render(data)
+    return r if p is None else dataclasses.replace(r, jpeg=_encode(p, self.quality))
 Bucketer.__call__ = _call
 
 # %% ../nbs/04_bucket.ipynb #63cba980

@@ -150,21 +150,24 @@ def _to_rgb(im:Image.Image, background=(255, 255, 255))->Image.Image:
         im = im.convert('RGBA')
         bg = Image.new('RGBA', im.size, tuple(background) + (255,))
         return Image.alpha_composite(bg, im).convert('RGB')
-    return im.convert('RGB')
+    return im if im.mode == 'RGB' else im.convert('RGB')
 
 # %% ../nbs/00_core.ipynb #00b7c4bb
 def open_rgb(data:bytes, # the encoded file
              max_pixels:int=MAX_PIXELS, # refuse (ValueError) images declaring more pixels
              background=(255, 255, 255), # RGB colour under transparent pixels
              draft:tuple|None=None, # (w, h): let JPEG decode reduced, to no less than this size
+             info:ImageInfo|None=None, # `probe_image(data, max_pixels)`, when the caller has it already
+             ycc:bool=False, # return YCbCr (JPEG's own colour space: colour JPEGs are decoded to it with no colour conversion)
             )->Image.Image:
-    "Decode `data` to an RGB image with EXIF orientation applied; raises `ValueError` with the reason for bad data."
-    info = probe_image(data, max_pixels)
+    "Decode `data` to an RGB (or YCbCr) image with EXIF orientation applied; raises `ValueError` with the reason for bad data."
+    info = info or probe_image(data, max_pixels)
     if not info.ok: raise ValueError(f'{info.status}: {info.reason}')
     im = Image.open(io.BytesIO(data))
-    if draft and im.format in ('JPEG', 'MPO'):
-        dw, dh = draft if info.orientation < 5 else draft[::-1]
-        im.draft('RGB', (dw, dh))
+    if im.format in ('JPEG', 'MPO') and (draft or ycc):
+        im.draft('YCbCr' if ycc else 'RGB', None if not draft else draft if info.orientation < 5 else draft[::-1])
     try: im.load()
     except Exception as e: raise ValueError(f'corrupt: pixel data cannot be decoded: {type(e).__name__}: {e}') from e
-    return _to_rgb(ImageOps.exif_transpose(im), background)
+    if info.orientation != 1: im = ImageOps.exif_transpose(im)  # no copy when nothing changes
+    if ycc: return im if im.mode == 'YCbCr' else _to_rgb(im, background).convert('YCbCr')
+    return _to_rgb(im, background)
