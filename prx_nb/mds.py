@@ -16,9 +16,9 @@ from .ingest import _read_path
 
 # %% auto #0
 __all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'BucketWrite', 'write_part', 'merge_parts', 'write_bucket', 'optout_ids',
-           'MDSWrite', 'write_mds', 'iter_bucket', 'skip_path', 'add_skips', 'read_skips', 'skip_reasons', 'skip_ids',
-           'SkipStreamingDataset', 'skip_stats', 'optout', 'rewrite_bucket', 'rewrite', 'prx_write_mds', 'prx_skip',
-           'prx_optout', 'prx_skip_stats', 'prx_rewrite']
+           'MDSWrite', 'write_mds', 'iter_bucket', 'skip_path', 'set_skips', 'add_skips', 'read_skips', 'skip_reasons',
+           'skip_ids', 'SkipStreamingDataset', 'skip_stats', 'optout', 'rewrite_bucket', 'rewrite', 'prx_write_mds',
+           'prx_skip', 'prx_optout', 'prx_skip_stats', 'prx_rewrite']
 
 # %% ../nbs/05_mds.ipynb #67faddf4
 MDS_COLUMNS = {'jpg': 'bytes', 'caption': 'str', 'width': 'int32', 'height': 'int32', 'id': 'str'}
@@ -265,16 +265,20 @@ def skip_path(bucket:Path, shard:str, reason:str)->Path:
     if not reason.replace('_', '').replace('-', '').isalnum(): raise ValueError(f'reason must be a word (letters, digits, - or _), got {reason!r}')
     return Path(bucket) / f'{shard}.skip.{reason}.json'
 
-def add_skips(bucket:Path, shard:str, reason:str, indices)->int:
-    "Add sample `indices` of `shard` to `reason`'s skip list (atomically); returns the list's new length."
-    import os
-    p = skip_path(bucket, shard, reason)
-    have = set(json.loads(p.read_text())['indices']) if p.exists() else set()
-    new = sorted(have | {int(i) for i in indices})
+def set_skips(bucket:Path, shard:str, reason:str, indices, made_by:str='prx_nb.mds.set_skips')->int:
+    "Make `reason`'s skip list of `shard` exactly `indices` (atomically; an empty list removes the sidecar); returns its length."
+    p, new = skip_path(bucket, shard, reason), sorted({int(i) for i in indices})
+    if not new: p.unlink(missing_ok=True); return 0
     tmp = p.with_name(p.name + f'.tmp{os.getpid()}')
-    tmp.write_text(json.dumps(dict(made_by='prx_nb.mds.add_skips', shard=shard, reason=reason, indices=new, updated_at=time.strftime('%Y-%m-%dT%H:%M:%S'))))
+    tmp.write_text(json.dumps(dict(made_by=made_by, shard=shard, reason=reason, indices=new, updated_at=time.strftime('%Y-%m-%dT%H:%M:%S'))))
     os.replace(tmp, p)
     return len(new)
+
+def add_skips(bucket:Path, shard:str, reason:str, indices)->int:
+    "Add sample `indices` of `shard` to `reason`'s skip list (atomically); returns the list's new length."
+    p = skip_path(bucket, shard, reason)
+    have = set(json.loads(p.read_text())['indices']) if p.exists() else set()
+    return set_skips(bucket, shard, reason, have | {int(i) for i in indices}, 'prx_nb.mds.add_skips')
 
 # %% ../nbs/05_mds.ipynb #a5000038
 def read_skips(bucket:Path, reasons=None)->dict:
