@@ -17,8 +17,8 @@ from .core import probe_image, MAX_PIXELS, call_parse
 # %% auto #0
 __all__ = ['SCHEMA', 'META_COLUMNS', 'KINDS', 'IMAGE_EXTS', 'SIDECAR_EXTS', 'make_row', 'Source', 'parse_source', 'Task',
            'source_tasks', 'read_task', 'open_table', 'existing_ids', 'IngestSummary', 'ingest', 'EmbeddingsJoin',
-           'attach_embeddings', 'FragmentHealth', 'fragment_health', 'check_fragments', 'compact', 'print_summary',
-           'prx_ingest', 'prx_compact']
+           'attach_embeddings', 'FragmentHealth', 'fragment_health', 'check_fragments', 'compact', 'ColumnFill',
+           'fill_column', 'print_summary', 'prx_ingest', 'prx_compact']
 
 # %% ../nbs/01_ingest.ipynb #b7381373
 SCHEMA = pa.schema([
@@ -388,6 +388,77 @@ def compact(table:str, rows_per_fragment:int=1 << 20)->tuple:
     ds = lance.dataset(table); before = len(ds.get_fragments())
     ds.optimize.compact_files(target_rows_per_fragment=rows_per_fragment, materialize_deletions=True)
     return before, len(lance.dataset(table).get_fragments())
+
+# %% ../nbs/01_ingest.ipynb #8b0b204a
+def _fill_fragment(frag, fn, column:str, dtype, read_columns:list, flt:str, batch_size:int):
+    "(fragment metadata, modified field ids, rows) after computing `column` for the rows of `frag` matching `flt`; None when none match."
+    ids, vals = [], []
+    for b in frag.to_batches(columns=read_columns, filter=flt, with_row_id=True, batch_size=batch_size):
+        out = fn(b)
+        if len(out) != b.num_rows: raise ValueError(f'{getattr(fn, "__name__", fn)} returned {len(out)} values for {b.num_rows} rows')
+        ids.append(b.column('_rowid')); vals.append(out.cast(dtype) if isinstance(out, pa.Array) else pa.array(out, dtype))
+    if not ids: return None
+    upd = pa.table({'_rowid': pa.chunked_array(ids, pa.uint64()), column: pa.chunked_array(vals, dtype)})
+    md, fields = frag.update_columns(upd, left_on='_rowid')[:2]
+    return md, list(fields), upd.num_rows
+
+def _ray_fill(row:dict, table:str, version:int, fn, column:str, dtype, read_columns:list, flt:str, batch_size:int)->dict:
+    "Ray Data UDF: fill one fragment (`row['fragment']`) of the table at `version`; the metadata comes back pickled for the driver's commit."
+    import lance, pickle
+    r = _fill_fragment(lance.dataset(table, version=version).get_fragment(int(row['fragment'])), fn, column, dtype, read_columns, flt, batch_size)
+    return dict(fragment=row['fragment'], meta=pickle.dumps(r[:2]) if r else b'', rows=r[2] if r else 0)
+
+# %% ../nbs/01_ingest.ipynb #7a30396b
+@dataclass
+class ColumnFill:
+    "What `fill_column` did: rows filled now, fragments touched, commits made, the table version after."
+    column: str
+    filled: int = 0
+    fragments: int = 0
+    commits: int = 0
+    version: int = 0
+
+def fill_column(table:str, # the Lance table
+                column:str, # the column to compute (added, all null, when absent)
+                fn, # Arrow batch of `read_columns` -> one value per row (an Arrow array or a list); must pickle for Ray
+                read_columns:list, # what `fn` reads
+                dtype:pa.DataType=pa.int64(), # the column's type
+                where:str|None=None, # only rows where this SQL holds (and `column` is null)
+                batch_size:int=256, # rows per `fn` call
+                fragments_per_commit:int=1, # fragments per commit (Ray: per wave)
+                engine:str='local', # 'local' or 'ray'
+                ray_address:str|None=None, workers:int|None=None, # Ray cluster address; CPUs for a local Ray
+                progress:bool=True)->ColumnFill:
+    "Compute `column` with `fn` where it is null, fragment by fragment, writing only that column's data; resumable at fragment granularity."
+    import lance, pickle
+    if engine not in ('local', 'ray'): raise ValueError(f"engine must be 'local' or 'ray', not {engine!r}")
+    ds = lance.dataset(table)
+    if column not in ds.schema.names: ds.add_columns(pa.field(column, dtype, nullable=True)); ds = lance.dataset(table)
+    flt = f'{column} IS NULL' + (f' AND ({where})' if where else '')
+    todo = [(f, n) for f in ds.get_fragments() if (n := f.count_rows(flt))]
+    res, args = ColumnFill(column), (fn, column, dtype, read_columns, flt, batch_size)
+    if engine == 'ray':
+        import ray
+        if todo and not ray.is_initialized(): ray.init(address=ray_address, num_cpus=None if ray_address else workers, include_dashboard=False, log_to_driver=False)
+        k = max(fragments_per_commit, 1) * max(workers or 2, 1)
+        waves = [todo[i:i + k] for i in range(0, len(todo), k)]
+    else: waves = [todo[i:i + fragments_per_commit] for i in range(0, len(todo), fragments_per_commit)]
+    with tqdm(total=sum(n for _, n in todo), desc=column, unit='row', disable=not progress) as bar:
+        for wave in waves:
+            if engine == 'ray':
+                out = ray.data.from_items([dict(fragment=f.fragment_id) for f, _ in wave], override_num_blocks=len(wave)).map(
+                    _ray_fill, fn_kwargs=dict(table=table, version=ds.version, fn=fn, column=column, dtype=dtype, read_columns=read_columns,
+                                              flt=flt, batch_size=batch_size)).take_all()
+                parts = [(*pickle.loads(o['meta']), o['rows']) for o in out if o['rows']]
+            else: parts = [p for f, _ in wave if (p := _fill_fragment(f, *args)) is not None]
+            if parts:
+                ds = lance.LanceDataset.commit(table, lance.LanceOperation.Update(
+                    updated_fragments=[p[0] for p in parts], fields_modified=sorted({i for p in parts for i in p[1]}), update_mode='rewrite_columns'),
+                    read_version=ds.version)
+                res.filled += sum(p[2] for p in parts); res.fragments += len(parts); res.commits += 1
+            bar.update(sum(n for _, n in wave))
+    res.version = ds.version
+    return res
 
 # %% ../nbs/01_ingest.ipynb #adc31f33
 def print_summary(s:IngestSummary):
