@@ -78,7 +78,7 @@ def _manifest_schema(ds)->pa.Schema:
     return pa.schema(f + ([('phash', ds.schema.field('phash').type)] if 'phash' in ds.schema.names else []))
 
 def _ids_digest(ids)->str:
-    "A short fingerprint of an ordered id list: a finished part is reused only for exactly the ids it was written for."
+    "A short fingerprint of an ordered list of strings (a part's ids and how they are written)."
     import hashlib
     return hashlib.sha1('\n'.join(ids).encode()).hexdigest()[:16]
 
@@ -107,10 +107,11 @@ def write_part(ds, # the Lance dataset (at the version being written)
               )->dict:
     "Bucket and encode the rows `ids` into one MDS dataset at `part`, with its manifest and rejected rows; a finished part is reused."
     from streaming import MDSWriter
-    digest = _ids_digest(ids)
+    schema, man, rej = _manifest_schema(ds), [], []
+    how = f'{caption_column}|{",".join(schema.names)}|q{bucketer.quality}|planar={bucketer.planar}|oversample={bucketer.oversample}'
+    digest = _ids_digest([how, *ids])  # a finished part is reused only for the same rows, written the same way
     if (info := _done_part(part, digest)) is not None: return info
     tmp = part.with_name(part.name + '.partial'); shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
-    schema, man, rej = _manifest_schema(ds), [], []
     with MDSWriter(out=str(tmp), columns=MDS_COLUMNS, size_limit=shard_bytes) as w:
         for r in _rows(ds, ids, ['id', 'image', 'uri', 'nbytes', caption_column] + schema.names[5:]):
             data, err = _image_bytes(r)
