@@ -18,7 +18,7 @@ from .core import probe_image, MAX_PIXELS, call_parse
 __all__ = ['SCHEMA', 'META_COLUMNS', 'KINDS', 'IMAGE_EXTS', 'SIDECAR_EXTS', 'make_row', 'Source', 'parse_source', 'Task',
            'source_tasks', 'read_task', 'open_table', 'existing_ids', 'IngestSummary', 'ingest', 'EmbeddingsJoin',
            'attach_embeddings', 'FragmentHealth', 'fragment_health', 'check_fragments', 'compact', 'ColumnFill',
-           'fill_column', 'print_summary', 'prx_ingest', 'prx_compact']
+           'fill_column', 'write_back', 'print_summary', 'prx_ingest', 'prx_compact']
 
 # %% ../nbs/01_ingest.ipynb #b7381373
 SCHEMA = pa.schema([
@@ -409,6 +409,13 @@ def _ray_fill(row:dict, table:str, version:int, fn, column:str, dtype, read_colu
     return dict(fragment=row['fragment'], meta=pickle.dumps(r[:2]) if r else b'', rows=r[2] if r else 0)
 
 # %% ../nbs/01_ingest.ipynb #7a30396b
+def _commit_columns(table:str, ds, parts:list):
+    "Commit fragments whose columns were rewritten (`parts`: (metadata, field ids, ...)) as one `Update`; returns the new dataset."
+    import lance
+    return lance.LanceDataset.commit(table, lance.LanceOperation.Update(
+        updated_fragments=[p[0] for p in parts], fields_modified=sorted({i for p in parts for i in p[1]}), update_mode='rewrite_columns'),
+        read_version=ds.version)
+
 @dataclass
 class ColumnFill:
     "What `fill_column` did: rows filled now, fragments touched, commits made, the table version after."
@@ -452,13 +459,25 @@ def fill_column(table:str, # the Lance table
                 parts = [(*pickle.loads(o['meta']), o['rows']) for o in out if o['rows']]
             else: parts = [p for f, _ in wave if (p := _fill_fragment(f, *args)) is not None]
             if parts:
-                ds = lance.LanceDataset.commit(table, lance.LanceOperation.Update(
-                    updated_fragments=[p[0] for p in parts], fields_modified=sorted({i for p in parts for i in p[1]}), update_mode='rewrite_columns'),
-                    read_version=ds.version)
+                ds = _commit_columns(table, ds, parts)
                 res.filled += sum(p[2] for p in parts); res.fragments += len(parts); res.commits += 1
             bar.update(sum(n for _, n in wave))
     res.version = ds.version
     return res
+
+# %% ../nbs/01_ingest.ipynb #3375f8e7
+def write_back(table:str, # the Lance table
+               rows:pa.Table, # `_rowid` (as scanned with `with_row_id=True`, no stable row ids) and the columns to set
+              )->int:
+    "Set columns of the rows named by `_rowid`, rewriting only those columns of their fragments; returns the new version."
+    import lance
+    ds = lance.dataset(table)
+    frag = pc.shift_right(rows['_rowid'].cast(pa.uint64()), 32)
+    parts = []
+    for fid in pc.unique(frag).to_pylist():
+        md, fields = ds.get_fragment(fid).update_columns(rows.filter(pc.equal(frag, fid)), left_on='_rowid')[:2]
+        parts.append((md, list(fields)))
+    return _commit_columns(table, ds, parts).version if parts else ds.version
 
 # %% ../nbs/01_ingest.ipynb #adc31f33
 def print_summary(s:IngestSummary):
