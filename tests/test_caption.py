@@ -111,3 +111,18 @@ def test_killed_caption_run_resumes(tmp_path, demo):
     assert f'{n_ok - done:,} rows captioned' in r.stdout  # only what was missing
     ds = lance.dataset(t)
     assert ds.count_rows('caption_k_status IS NOT NULL') == n_ok and ds.count_rows() == lance.dataset(t, version=v0).count_rows()
+
+
+def test_ray_pipeline_matches_local(tmp_path, demo):
+    "The streaming Ray Data pipeline (read, prepare on CPU workers, caption on actors, write back) gives the local run's captions."
+    from prx_nb.caption import Backend
+    mdir = tiny_vlm(tmp_path / 'tiny')
+    a, b = str(tmp_path / 'a.lance'), str(tmp_path / 'b.lance')
+    for t in (a, b): ingest(t, demo_sources(demo), progress=False)
+    be = Backend('transformers', CaptionSpec(mdir, max_new_tokens=12, max_pixels=128 * 128), batch_size=4)
+    la = caption_table(a, be, 'x', batch_size=4, commit_rows=8, progress=False)
+    rb = caption_table(b, be, 'x', batch_size=4, commit_rows=8, engine='ray', actors=2, cpus_per_actor=0.5, workers=2, progress=False)
+    assert la.rows == rb.rows == lance.dataset(a).count_rows("status = 'ok'")
+    ta, tb = (lance.dataset(t).to_table(columns=['id', 'caption_x', 'caption_x_status']).sort_by('id') for t in (a, b))
+    assert ta.equals(tb)
+    with pytest.raises(ValueError, match='pass a Backend'): caption_table(a, be.make(), 'y', engine='ray')
