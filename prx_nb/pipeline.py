@@ -13,6 +13,7 @@ from .ingest import ingest, print_summary, IngestSummary
 from .profile import write_report
 from .mds import write_mds, iter_bucket, read_skips, MDSWrite
 from .dedup import add_phash, dedup_tree, TreeDedup
+from .caption import Backend, CaptionSpec, CaptionRun, caption_table
 
 # %% auto #0
 __all__ = ['DemoRun', 'run_demo', 'check_demo', 'prx_demo']
@@ -28,21 +29,25 @@ class DemoRun:
     truth: DemoTruth
     mds: MDSWrite
     dedup: TreeDedup
+    caption: CaptionRun|None = None  # None: no captioner configured, the source captions were kept
 
 # %% ../nbs/09_pipeline.ipynb #5aa05e3b
 def run_demo(out:str|Path='demo_out', # output folder: sources/, corpus.lance, profile/, mds/
              engine:str='local', # 'local' or 'ray'
              rebuild:bool=False, # rebuild the demo sources even if present
+             caption:Backend|None=None, # a captioner to re-caption the corpus with (column caption_demo); None: keep the source captions
              progress:bool=True)->DemoRun:
-    "Build the demo sources (once), ingest them into `out`/corpus.lance, profile it, fingerprint it, write `out`/mds and dedup it."
+    "Build the demo sources (once), ingest them into `out`/corpus.lance, profile, fingerprint, caption (if configured), write `out`/mds and dedup it."
     out = Path(out); src = out / 'sources'
     truth = build_demo(src) if rebuild or not (src / 'truth.json').exists() else DemoTruth.load(src / 'truth.json')
     table = str(out / 'corpus.lance')
     s = ingest(table, demo_sources(src), embeddings=str(src / 'embeddings.parquet'), engine=engine, progress=progress)
     drops = write_report(table, out / 'profile')
     add_phash(table, engine=engine, progress=progress)
-    w = write_mds(table, out / 'mds', progress=progress)
-    return DemoRun(out, table, s, drops, truth, w, dedup_tree(out / 'mds', table=table, progress=progress))
+    cap = caption_table(table, caption.make(), 'demo', progress=progress) if caption else None
+    mds = out / ('mds_caption_demo' if caption else 'mds')  # a tree per caption column: finished buckets are never rewritten
+    w = write_mds(table, mds, caption_column='caption_demo' if caption else 'caption_source', progress=progress)
+    return DemoRun(out, table, s, drops, truth, w, dedup_tree(mds, table=table, progress=progress), cap)
 
 # %% ../nbs/09_pipeline.ipynb #18a2f4e1
 def check_demo(r:DemoRun)->dict:
@@ -73,14 +78,24 @@ def check_demo(r:DemoRun)->dict:
 def prx_demo(out:str='demo_out', # output folder
              ray:bool=False, # ingest on Ray Data (a local Ray)
              rebuild:bool=False, # rebuild the demo sources from the photo cache
+             caption_backend:str=None, # re-caption with: openai (a running `vllm serve`), transformers (a local model) or vllm
+             caption_model:str=None, # the captioner's model: its name on the server, or a local directory
+             caption_endpoint:str='http://127.0.0.1:8000/v1', # openai: the server's base URL
              quiet:bool=False): # no progress bars
     "Run the pipeline on the demo sources: build them from real photos, ingest into Lance, profile, fingerprint, write MDS, read it back, dedup."
-    r = run_demo(out, 'ray' if ray else 'local', rebuild, not quiet)
+    if bool(caption_backend) != bool(caption_model): raise SystemExit('prx_demo: --caption-backend and --caption-model go together')
+    backend = Backend(caption_backend, CaptionSpec(caption_model), caption_endpoint) if caption_backend else None
+    try: r = run_demo(out, 'ray' if ray else 'local', rebuild, backend, not quiet)
+    except (ValueError, RuntimeError) as e: raise SystemExit(f'prx_demo: {e}') from None
     print_summary(r.ingest)
     c = check_demo(r)
     print(f"planted samples all present: {not c['planted_missing']}; broken files with the expected status: {not c['wrong_status']}")
     print(r.drops.to_string())
     print(f'profile plots and tables in {r.out / "profile"}/')
+    if r.caption: print(f"re-captioned {r.caption.rows} images into {r.caption.column} ({r.caption.images_per_s:.2f} img/s): {r.caption.statuses}")
+    else: print('captions: no captioner configured, so the source captions (caption_source) were kept. To re-caption, start a server '
+               '(`vllm serve MODEL`) and pass --caption-backend openai --caption-model MODEL [--caption-endpoint URL], or '
+               '--caption-backend transformers --caption-model LOCAL_MODEL_DIR')
     print(f"MDS tree in {r.mds.out}/: {r.mds.written} samples in {len(r.mds.buckets)} buckets; "
           f"{c['streamed_samples']} read back from the shards")
     print(f"dedup: {c['dedup_skipped']} copies skipped across {len(r.dedup.skipped)} buckets, the highest-resolution copy of every planted group kept: "
