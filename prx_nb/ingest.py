@@ -16,9 +16,9 @@ from .core import probe_image, MAX_PIXELS, call_parse
 
 # %% auto #0
 __all__ = ['SCHEMA', 'META_COLUMNS', 'KINDS', 'IMAGE_EXTS', 'SIDECAR_EXTS', 'make_row', 'Source', 'parse_source', 'Task',
-           'source_tasks', 'read_task', 'open_table', 'existing_ids', 'IngestSummary', 'ingest', 'EmbeddingsJoin',
-           'attach_embeddings', 'FragmentHealth', 'fragment_health', 'check_fragments', 'compact', 'ColumnFill',
-           'fill_column', 'write_back', 'print_summary', 'prx_ingest', 'prx_compact']
+           'source_tasks', 'read_task', 'open_table', 'existing_ids', 'IngestSummary', 'ingest', 'write_back',
+           'EmbeddingsJoin', 'attach_embeddings', 'FragmentHealth', 'fragment_health', 'check_fragments', 'compact',
+           'ColumnFill', 'fill_column', 'print_summary', 'prx_ingest', 'prx_compact']
 
 # %% ../nbs/01_ingest.ipynb #b7381373
 SCHEMA = pa.schema([
@@ -321,6 +321,27 @@ def ingest(table:str|Path, # path or URI of the Lance table (created if missing)
     if ds is not None: summary.version, summary.fragments = ds.version, len(ds.get_fragments()); check_fragments(ds, rows_per_fragment)
     return summary
 
+# %% ../nbs/01_ingest.ipynb #e1c3c823
+def _commit_columns(table:str, ds, parts:list):
+    "Commit fragments whose columns were rewritten (`parts`: (metadata, field ids, ...)) as one `Update`; returns the new dataset."
+    import lance
+    return lance.LanceDataset.commit(table, lance.LanceOperation.Update(
+        updated_fragments=[p[0] for p in parts], fields_modified=sorted({i for p in parts for i in p[1]}), update_mode='rewrite_columns'),
+        read_version=ds.version)
+
+def write_back(table:str, # the Lance table
+               rows:pa.Table, # `_rowid` (as scanned with `with_row_id=True`, no stable row ids) and the columns to set
+              )->int:
+    "Set columns of the rows named by `_rowid`, rewriting only those columns of their fragments; returns the new version."
+    import lance
+    ds = lance.dataset(table)
+    frag = pc.shift_right(rows['_rowid'].cast(pa.uint64()), 32)
+    parts = []
+    for fid in pc.unique(frag).to_pylist():
+        md, fields = ds.get_fragment(fid).update_columns(rows.filter(pc.equal(frag, fid)), left_on='_rowid')[:2]
+        parts.append((md, list(fields)))
+    return _commit_columns(table, ds, parts).version if parts else ds.version
+
 # %% ../nbs/01_ingest.ipynb #8bdb91ce
 def _vectors(path:str, column:str)->pa.Table:
     "`id` + `column` from the Parquet at `path`, as float32 fixed-size lists; `ValueError` on ragged vectors."
@@ -352,7 +373,9 @@ def attach_embeddings(table:str, # the Lance table
     known = pc.is_in(vec['id'], value_set=ids['id'])
     todo = vec.filter(pc.and_(known, pc.invert(pc.is_in(vec['id'], value_set=pa.array(sorted(have), pa.string())))))
     if column not in ds.schema.names: ds.merge(vec.filter(known), 'id'); todo = vec.filter(known)
-    elif len(todo): ds.merge_insert('id').when_matched_update_all().execute(todo)
+    elif len(todo):  # rows appended later: set only their vectors, never rewriting their images
+        rid = ds.to_table(columns=['id'], with_row_id=True); pos = dict(zip(rid['id'].to_pylist(), rid['_rowid'].to_pylist()))
+        write_back(table, pa.table({'_rowid': pa.array([pos[i] for i in todo['id'].to_pylist()], pa.uint64()), column: todo[column]}))
     n_known = pc.sum(known).as_py() or 0
     return EmbeddingsJoin(len(todo), n_known - len(todo), len(vec) - n_known, vec[column].type.list_size)
 
@@ -409,13 +432,6 @@ def _ray_fill(row:dict, table:str, version:int, fn, column:str, dtype, read_colu
     return dict(fragment=row['fragment'], meta=pickle.dumps(r[:2]) if r else b'', rows=r[2] if r else 0)
 
 # %% ../nbs/01_ingest.ipynb #7a30396b
-def _commit_columns(table:str, ds, parts:list):
-    "Commit fragments whose columns were rewritten (`parts`: (metadata, field ids, ...)) as one `Update`; returns the new dataset."
-    import lance
-    return lance.LanceDataset.commit(table, lance.LanceOperation.Update(
-        updated_fragments=[p[0] for p in parts], fields_modified=sorted({i for p in parts for i in p[1]}), update_mode='rewrite_columns'),
-        read_version=ds.version)
-
 @dataclass
 class ColumnFill:
     "What `fill_column` did: rows filled now, fragments touched, commits made, the table version after."
@@ -464,20 +480,6 @@ def fill_column(table:str, # the Lance table
             bar.update(sum(n for _, n in wave))
     res.version = ds.version
     return res
-
-# %% ../nbs/01_ingest.ipynb #3375f8e7
-def write_back(table:str, # the Lance table
-               rows:pa.Table, # `_rowid` (as scanned with `with_row_id=True`, no stable row ids) and the columns to set
-              )->int:
-    "Set columns of the rows named by `_rowid`, rewriting only those columns of their fragments; returns the new version."
-    import lance
-    ds = lance.dataset(table)
-    frag = pc.shift_right(rows['_rowid'].cast(pa.uint64()), 32)
-    parts = []
-    for fid in pc.unique(frag).to_pylist():
-        md, fields = ds.get_fragment(fid).update_columns(rows.filter(pc.equal(frag, fid)), left_on='_rowid')[:2]
-        parts.append((md, list(fields)))
-    return _commit_columns(table, ds, parts).version if parts else ds.version
 
 # %% ../nbs/01_ingest.ipynb #adc31f33
 def print_summary(s:IngestSummary):
