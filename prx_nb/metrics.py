@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
-from .core import open_rgb
+from .core import open_rgb, call_parse
 from .embed import Embedded
 
 # %% auto #0
 __all__ = ['LPIPS_BACKBONES', 'OFFLINE_INCEPTION', 'IMAGE_SUFFIXES', 'lpips_model', 'lpips_distance', 'mmd',
            'offline_inception_path', 'register_offline_inception', 'InceptionEmbedder', 'HFEmbedder', 'embed_folder',
-           'frechet_distance', 'fid_folders', 'standard_tables', 'jpeg_quality', 'jpeg_structure']
+           'frechet_distance', 'fid_folders', 'checkpoint_metrics', 'plot_checkpoint_metrics', 'prx_ablation',
+           'standard_tables', 'jpeg_quality', 'jpeg_structure']
 
 # %% ../nbs/10_metrics.ipynb #864f074f
 LPIPS_BACKBONES = {'alex': 'alexnet-owt-7be5be79.pth', 'vgg': 'vgg16-397923af.pth', 'squeeze': 'squeezenet1_1-b8a52dc0.pth'}
@@ -282,6 +283,70 @@ def fid_folders(a, b, # two folders of images of one size each (torch-fidelity b
         r = torch_fidelity.calculate_metrics(input1=str(a), input2=str(b), fid=True, feature_extractor=name, feature_extractor_weights_path=weights,
                                              cuda=device.startswith('cuda'), batch_size=batch_size, cache=False, verbose=False, samples_find_deep=True)
     return float(r['frechet_inception_distance'])
+
+# %% ../nbs/10_metrics.ipynb #ba69b1af
+def _step_of(p:Path)->int:
+    m = re.findall(r'\d+', p.name)
+    if not m: raise ValueError(f'{p}: a checkpoint folder needs its step in its name (e.g. 10000 or step_10000)')
+    return int(m[-1])
+
+def checkpoint_metrics(runs, # folder of runs: <runs>/<run>/<step>/*.png
+                       reference, # folder of reference images
+                       fid:bool=True, # FID with the offline Inception (or `inception_weights`)
+                       clip:str|None=None, # local CLIP checkpoint: CMMD
+                       dino:str|None=None, # local DINOv2 checkpoint: DINO-MMD
+                       extra:dict|None=None, # {metric name: embedder} scored with `mmd`
+                       inception_weights:str|None=None, cache_dir=None, device:str='cpu', progress:bool=True):
+    "One row per run, step and metric: the score of that checkpoint's samples against the reference (lower is better)."
+    import pandas as pd
+    scorers = {}
+    if fid: scorers['FID'] = (InceptionEmbedder(inception_weights, device=device), frechet_distance)
+    if clip: scorers['CMMD'] = (HFEmbedder(clip, device=device), mmd)
+    if dino: scorers['DINO-MMD'] = (HFEmbedder(dino, device=device), mmd)
+    for k, e in (extra or {}).items(): scorers[k] = (e, mmd)
+    if not scorers: raise ValueError('no metric asked for: keep fid=True or give clip=, dino= or extra=')
+    ckpts = sorted(((r.name, _step_of(s), s) for r in Path(runs).iterdir() if r.is_dir() and not r.name.startswith('.') for s in r.iterdir() if s.is_dir()), key=lambda t: t[:2])
+    if not ckpts: raise FileNotFoundError(f'no checkpoints under {runs}: expected <runs>/<run>/<step>/*.png')
+    rows = []
+    for metric, (emb, score) in scorers.items():
+        ref = embed_folder(reference, emb, cache_dir, progress=progress)[1]
+        for run, step, folder in tqdm(ckpts, desc=metric, disable=not progress):
+            v = embed_folder(folder, emb, cache_dir, progress=False)[1]
+            rows.append(dict(run=run, step=step, metric=metric, value=score(v, ref), samples=len(v), embedder=emb.name))
+    return pd.DataFrame(rows)
+
+def plot_checkpoint_metrics(df, title:str='', reference:dict|None=None):
+    "One panel per metric, one line per run over steps (lower is better); `reference` {metric: {label: value}} draws horizontal lines."
+    import matplotlib.pyplot as plt
+    metrics = list(dict.fromkeys(df.metric))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4), squeeze=False)
+    for ax, m in zip(axes[0], metrics):
+        for run, g in df[df.metric == m].groupby('run'): ax.plot(g.step, g.value, marker='o', label=run)
+        for label, v in ((reference or {}).get(m) or {}).items(): ax.axhline(v, ls=':', c='gray'); ax.annotate(label, (df.step.min(), v), fontsize=7, color='gray')
+        ax.set(title=f'{m} (lower is better)', xlabel='training step'); ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    if title: fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+# %% ../nbs/10_metrics.ipynb #661166ce
+@call_parse
+def prx_ablation(runs:str, # folder of runs: <runs>/<run>/<step>/*.png
+                 reference:str, # folder of reference images
+                 clip:str=None, # local CLIP checkpoint folder (adds CMMD)
+                 dino:str=None, # local DINOv2 checkpoint folder (adds DINO-MMD)
+                 inception_weights:str=None, # torch-fidelity's pt_inception file (default: the offline network)
+                 cache:str=None, # feature cache folder (default: <runs>/.features)
+                 out:str=None, # CSV of run, step, metric, value (default: <runs>/metrics.csv)
+                 plot:str=None, # PNG of the curves (default: <runs>/metrics.png)
+                 device:str='cpu'): # torch device, e.g. cuda
+    "Score every checkpoint's samples against a reference set with FID (and CMMD / DINO-MMD given local checkpoints); write a CSV and a plot."
+    df = checkpoint_metrics(runs, reference, clip=clip, dino=dino, inception_weights=inception_weights,
+                            cache_dir=cache or Path(runs) / '.features', device=device)
+    out, plot = out or Path(runs) / 'metrics.csv', plot or Path(runs) / 'metrics.png'
+    df.to_csv(out, index=False); plot_checkpoint_metrics(df).savefig(plot, dpi=120)
+    print(df.pivot_table(index=['run', 'step'], columns='metric', values='value').round(4).to_string())
+    print(f'wrote {out} and {plot}')
 
 # %% ../nbs/10_metrics.ipynb #2b1f3835
 _STD_LUMA = np.array([16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55, 14, 13, 16, 24, 40, 57, 69, 56, 14, 17, 22, 29, 51, 87, 80, 62,
