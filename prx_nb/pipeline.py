@@ -36,14 +36,18 @@ def run_demo(out:str|Path='demo_out', # output folder: sources/, corpus.lance, p
              engine:str='local', # 'local' or 'ray'
              rebuild:bool=False, # rebuild the demo sources even if present
              caption:Backend|None=None, # a captioner to re-caption the corpus with (column caption_demo); None: keep the source captions
+             explore:bool=True, # tag the images (a stand-in caption), embed those without vectors, build the search indices
              progress:bool=True)->DemoRun:
-    "Build the demo sources (once), ingest them into `out`/corpus.lance, profile, fingerprint, caption (if configured), write `out`/mds and dedup it."
+    "Build the demo sources (once), ingest them into `out`/corpus.lance, profile, fingerprint, make it searchable, caption (if configured), write `out`/mds and dedup it."
     out = Path(out); src = out / 'sources'
     truth = build_demo(src) if rebuild or not (src / 'truth.json').exists() else DemoTruth.load(src / 'truth.json')
     table = str(out / 'corpus.lance')
     s = ingest(table, demo_sources(src), embeddings=str(src / 'embeddings.parquet'), engine=engine, progress=progress)
     drops = write_report(table, out / 'profile')
     add_phash(table, engine=engine, progress=progress)
+    if explore:
+        from prx_nb.explore import add_tags, add_image_embeddings, index_table
+        add_tags(table, progress=progress); add_image_embeddings(table, progress=progress); index_table(table)
     cap = caption_table(table, caption.make(), 'demo', progress=progress) if caption else None
     mds = out / ('mds_caption_demo' if caption else 'mds')  # a tree per caption column: finished buckets are never rewritten
     w = write_mds(table, mds, caption_column='caption_demo' if caption else 'caption_source', progress=progress)
@@ -92,6 +96,8 @@ def prx_demo(out:str='demo_out', # output folder
     print(f"planted samples all present: {not c['planted_missing']}; broken files with the expected status: {not c['wrong_status']}")
     print(r.drops.to_string())
     print(f'profile plots and tables in {r.out / "profile"}/')
+    print(f'searchable: prx_search --table {r.table} --text "web site"  (captions: ImageNet tags in caption_tags, a stand-in), '
+          f'--like ID for visual neighbours; in Jupyter: prx_nb.explore.Browser({r.table!r})')
     if r.caption: print(f"re-captioned {r.caption.rows} images into {r.caption.column} ({r.caption.images_per_s:.2f} img/s): {r.caption.statuses}")
     else: print('captions: no captioner configured, so the source captions (caption_source) were kept. To re-caption, start a server '
                '(`vllm serve MODEL`) and pass --caption-backend openai --caption-model MODEL [--caption-endpoint URL], or '
