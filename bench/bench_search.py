@@ -55,16 +55,26 @@ def main():
     ap = parser(__doc__)
     ap.add_argument('--rows', type=int, default=1_000_000); ap.add_argument('--dim', type=int, default=512)
     ap.add_argument('--queries', type=int, default=20, help='queries per class'); ap.add_argument('--work', default='/tmp/prx_bench_search')
+    ap.add_argument('--keep', action='store_true', help='keep the table (and reuse it on the next run with --keep)')
     a = ap.parse_args()
     import duckdb, lance
     from prx_nb.explore import index_table, search
     rng = np.random.default_rng(0)
-    work = Path(a.work); shutil.rmtree(work, ignore_errors=True); work.mkdir(parents=True)
-    table = str(work / 'search.lance')
-    t = time.perf_counter(); vocab = build(table, a.rows, a.dim, rng); t_build = time.perf_counter() - t
-    print(f'table: {a.rows:,} rows in {t_build:.0f} s')
-    t = time.perf_counter(); index_table(table, vectors=[]); t_fts = time.perf_counter() - t           # FTS (with positions) + id B-tree
-    t = time.perf_counter(); st = index_table(table, min_ann_rows=1); t_ivf = time.perf_counter() - t  # + IVF_SQ on the embeddings
+    work = Path(a.work); table = str(work / 'search.lance')
+    reuse = a.keep and (work / 'build.json').exists()
+    if reuse:
+        import json
+        b = json.loads((work / 'build.json').read_text()); t_build, t_fts, t_ivf = b['build'], b['fts'], b['ivf']
+        vocab = np.array(words(50_000, rng)); st = index_table(table)
+    else:
+        shutil.rmtree(work, ignore_errors=True); work.mkdir(parents=True)
+        t = time.perf_counter(); vocab = build(table, a.rows, a.dim, rng); t_build = time.perf_counter() - t
+        t = time.perf_counter(); index_table(table, vectors=[]); t_fts = time.perf_counter() - t           # FTS (with positions) + id B-tree
+        t = time.perf_counter(); st = index_table(table, min_ann_rows=1); t_ivf = time.perf_counter() - t  # + IVF_SQ on the embeddings
+        if a.keep:
+            import json
+            (work / 'build.json').write_text(json.dumps(dict(build=t_build, fts=t_fts, ivf=t_ivf)))
+    print(f'table: {a.rows:,} rows in {t_build:.0f} s' + (' (reused)' if reuse else ''))
     print(st.to_string(index=False)); print(f'index build: text {t_fts:.1f} s, vectors {t_ivf:.1f} s')
 
     # ---- full text vs DuckDB ILIKE
@@ -79,8 +89,9 @@ def main():
     for c, queries in qs.items():
         search(table, text=queries[0], k=20)                                        # warm
         ours, peer, hits = [], [], []
-        for q in queries:
+        for q in queries:                                                          # each side runs its queries back to back
             t = time.perf_counter(); r = search(table, text=q, k=20); ours.append(time.perf_counter() - t); hits.append(len(r))
+        for q in queries:
             terms = [w.lstrip('+') for w in q.split()]
             sql = 'SELECT id FROM t WHERE ' + ' AND '.join(f"caption_source ILIKE '%{w}%'" for w in terms) + ' LIMIT 20'
             t = time.perf_counter(); con.execute(sql).fetchall(); peer.append(time.perf_counter() - t)
@@ -103,18 +114,19 @@ def main():
     qv = mat[rng.integers(0, len(mat), nq)] + rng.normal(scale=0.02, size=(nq, a.dim)).astype('float32')
     qv /= np.linalg.norm(qv, axis=1, keepdims=True)
     search(table, vector=qv[0], k=10)                                              # warm
-    ours, peer, recall = [], [], []
+    ours, peer, exact, found = [], [], [], []
     for q in qv:
-        t = time.perf_counter(); exact = np.argpartition(-(mat @ q), 10)[:10]; peer.append(time.perf_counter() - t)
-        t = time.perf_counter(); r = search(table, vector=q, k=10); ours.append(time.perf_counter() - t)
-        recall.append(len(set(r.id) & set(ids[exact])) / 10)
+        t = time.perf_counter(); exact.append(np.argpartition(-(mat @ q), 10)[:10]); peer.append(time.perf_counter() - t)
+    for q in qv:
+        t = time.perf_counter(); r = search(table, vector=q, k=10); ours.append(time.perf_counter() - t); found.append(set(r.id))
+    recall = [len(f & set(ids[e])) / 10 for f, e in zip(found, exact)]
     vec = dict(prx_nb=pct(ours), numpy_exact=pct(peer), speedup_p50=round(float(np.median(peer) / np.median(ours)), 1),
                recall_at_10=round(float(np.mean(recall)), 4), index='IVF_SQ, cosine, sqrt(n) partitions, nprobes 20, refine 5')
     print('vectors', vec)
     record('search', rows=a.rows, dim=a.dim, queries_per_class=a.queries, table_build_s=round(t_build, 1),
            index_build_s=dict(text_fts_with_positions_and_id_btree=round(t_fts, 1), vector_ivf_sq=round(t_ivf, 1)),
            full_text=fts, vectors=vec, fts_p50_ms_range=[min(all_ours), max(all_ours)])
-    shutil.rmtree(work, ignore_errors=True)
+    if not a.keep: shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == '__main__':

@@ -2,7 +2,7 @@
 headless Chromium driven by Playwright types a query and clicks "similar" under a thumbnail, and the test checks
 what the page shows. The screenshot goes to tests/out/browser.png (PRX_UPDATE_SCREENSHOT=1 also copies it to
 nbs/images/browser.png, which the docs show)."""
-import json, os, shutil, socket, subprocess, sys, time
+import json, os, re, shutil, signal, socket, subprocess, sys, time
 from pathlib import Path
 import pytest
 
@@ -31,16 +31,18 @@ def app(tmp_path_factory):
     log = open(d / 'voila.log', 'w')
     env = {**os.environ, 'PATH': f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     p = subprocess.Popen([Path(sys.executable).parent / 'voila', 'app.ipynb', '--no-browser', f'--port={port}', '--Voila.ip=127.0.0.1',
-                          '--token=', '--show_tracebacks=True'], cwd=d, stdout=log, stderr=subprocess.STDOUT, env=env)
+                          '--token=', '--show_tracebacks=True'], cwd=d, stdout=log, stderr=subprocess.STDOUT, env=env,
+                         start_new_session=True)                         # its own process group: the kernel goes with it
     for _ in range(120):
         try:
             with socket.create_connection(('127.0.0.1', port), timeout=1): break
         except OSError: time.sleep(0.5)
-    else: p.kill(); pytest.fail('voila did not start: ' + (d / 'voila.log').read_text()[-2000:])
+    else: os.killpg(p.pid, signal.SIGKILL); pytest.fail('voila did not start: ' + (d / 'voila.log').read_text()[-2000:])
     yield f'http://127.0.0.1:{port}/', run, d
-    p.terminate()
-    try: p.wait(10)
-    except subprocess.TimeoutExpired: p.kill()
+    try: os.killpg(p.pid, signal.SIGTERM); p.wait(10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try: os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError: pass
 
 
 def test_type_and_click(app):
@@ -50,10 +52,14 @@ def test_type_and_click(app):
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport=dict(width=1280, height=1400))
+        page.route(re.compile(r'^https?://(?!127\.0\.0\.1[:/])'), lambda route: route.abort())   # the template's CDN links: nothing leaves the machine
         try:
-            page.goto(url, timeout=120_000)
+            resp = page.goto(url, timeout=120_000)
+            assert resp is not None and resp.ok, f'GET / answered {resp and resp.status}: ' + (d / 'voila.log').read_text()[-2000:]
             box = page.locator('.prx-query input')
-            box.wait_for(timeout=120_000)                                      # the kernel ran the cell and the widgets rendered
+            err = page.get_by_text(re.compile(r'Traceback \(most recent call last\)|There was an error when executing cell'))
+            box.or_(err).first.wait_for(timeout=120_000)                       # the kernel ran the cell: widgets rendered, or it raised
+            if err.count(): pytest.fail('the notebook raised:\n' + err.first.inner_text())
             expect(page.locator('.prx-grid .prx-thumb')).to_have_count(8, timeout=60_000)
             box.click(); box.press_sequentially('web site', delay=60)           # typed key by key, as a person would
             text_ids = set(run.truth.text)
