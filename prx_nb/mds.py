@@ -15,10 +15,10 @@ from .bucket import Bucketer
 from .ingest import _read_path
 
 # %% auto #0
-__all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'sql_in', 'BucketWrite', 'write_part', 'merge_parts', 'write_bucket',
-           'optout_ids', 'MDSWrite', 'write_mds', 'iter_bucket', 'skip_path', 'set_skips', 'add_skips', 'read_skips',
-           'skip_reasons', 'skip_ids', 'SkipStreamingDataset', 'skip_stats', 'optout', 'rewrite_bucket', 'rewrite',
-           'prx_write_mds', 'prx_skip', 'prx_optout', 'prx_skip_stats', 'prx_rewrite']
+__all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'sql_str', 'sql_in', 'BucketWrite', 'write_part', 'merge_parts',
+           'write_bucket', 'optout_ids', 'MDSWrite', 'write_mds', 'iter_bucket', 'skip_path', 'set_skips', 'add_skips',
+           'read_skips', 'skip_reasons', 'skip_ids', 'SkipStreamingDataset', 'skip_stats', 'optout', 'rewrite_bucket',
+           'rewrite', 'prx_write_mds', 'prx_skip', 'prx_optout', 'prx_skip_stats', 'prx_rewrite']
 
 # %% ../nbs/05_mds.ipynb #67faddf4
 MDS_COLUMNS = {'jpg': 'bytes', 'caption': 'str', 'width': 'int32', 'height': 'int32', 'id': 'str'}
@@ -37,9 +37,13 @@ def plan_buckets(table:str, # the Lance table
     return {k: sorted(v) for k, v in sorted(plan.items())}
 
 # %% ../nbs/05_mds.ipynb #398987c3
+def sql_str(s)->str:
+    "A SQL string literal: `s` in single quotes, its quotes doubled."
+    return "'" + str(s).replace("'", "''") + "'"
+
 def sql_in(col:str, values:list)->str:
     "A Lance SQL filter `col IN (...)` over string `values`, quoted."
-    return f"{col} IN ({', '.join(chr(39) + v.replace(chr(39), chr(39) * 2) + chr(39) for v in values)})" if values else 'false'
+    return f"{col} IN ({', '.join(map(sql_str, values))})" if values else 'false'
 
 def _rows(ds, ids:list, columns:list, chunk:int=256):
     "The rows of `ids` (in that order), fetched from the Lance dataset `ds` in chunks."
