@@ -89,7 +89,7 @@ def prx_demo(out:str='demo_out', # output folder
     "Run the pipeline on the demo sources: build them from real photos, ingest into Lance, profile, fingerprint, write MDS, read it back, dedup."
     if bool(caption_backend) != bool(caption_model): raise SystemExit('prx_demo: --caption-backend and --caption-model go together')
     backend = Backend(caption_backend, CaptionSpec(caption_model), caption_endpoint) if caption_backend else None
-    try: r = run_demo(out, 'ray' if ray else 'local', rebuild, backend, not quiet)
+    try: r = run_demo(out, engine='ray' if ray else 'local', rebuild=rebuild, caption=backend, progress=not quiet)
     except (ValueError, RuntimeError) as e: raise SystemExit(f'prx_demo: {e}') from None
     print_summary(r.ingest)
     c = check_demo(r)
