@@ -234,7 +234,7 @@ def embed_folder(folder, # images under it, at any depth (png, jpg, jpeg, webp)
     folder = Path(folder)
     files = sorted(p for p in folder.rglob('*') if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
     if not files: raise FileNotFoundError(f'no images ({", ".join(IMAGE_SUFFIXES)}) under {folder}')
-    keys = [(str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    keys = [(str(p.relative_to(folder)), st.st_size, st.st_mtime_ns) for p in files for st in (p.stat(),)]
     cache = _cache_file(cache_dir, embedder, folder) if cache_dir else None
     known = {}
     if cache and cache.exists():
