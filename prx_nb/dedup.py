@@ -11,10 +11,9 @@ from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from .core import call_parse
-from .table import image_bytes
-from .phash import phash_many, hamming, add_phash
+from .phash import phash, hamming, add_phash
 from .mds import iter_bucket, iter_buckets, bucket_key
-from .skips import set_skips
+from .skips import set_skips, read_skips
 
 # %% auto #0
 __all__ = ['keep_best', 'near_pairs', 'dedup_keep', 'TreeDedup', 'tree_fingerprints', 'dedup_tree', 'prx_dedup']
@@ -111,7 +110,8 @@ def tree_fingerprints(root:str|Path, # the MDS tree
                       progress:bool=True)->tuple:
     "(one table of every sample: bucket, shard, index, id, source size, phash, phash_from; fingerprints computed now; id → reason for samples without one)."
     parts, computed, missing, source = [], 0, {}, None
-    for man in tqdm(sorted(Path(root).glob('*/*/manifest.parquet')), desc='fingerprints', unit='bucket', disable=not progress):
+    for b in tqdm(list(iter_buckets(root)), desc='fingerprints', unit='bucket', disable=not progress):
+        man = b / 'manifest.parquet'
         t = pq.read_table(man)
         if 'phash' not in t.column_names: t = t.append_column('phash', pa.nulls(t.num_rows, pa.int64()))
         if 'phash_from' not in t.column_names: t = t.append_column('phash_from', pa.array(['source' if v is not None else None for v in t['phash'].to_pylist()], pa.string()))
@@ -130,7 +130,7 @@ def tree_fingerprints(root:str|Path, # the MDS tree
                 t.column_names.index('phash_from'), 'phash_from', pa.array(src, pa.string()))
             _write_manifest(man, t)
         parts.append(t.select(['id', 'shard', 'index', 'src_width', 'src_height', 'src_nbytes', 'phash', 'phash_from']).append_column(
-            'bucket', pa.array([f'{man.parent.parent.name}/{man.parent.name}'] * t.num_rows, pa.string())))
+            'bucket', pa.array([bucket_key(b)] * t.num_rows, pa.string())))
     if not parts: return pa.table({'id': pa.array([], pa.string())}), 0, {}
     return pa.concat_tables(parts), computed, missing
 
@@ -155,7 +155,7 @@ def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
     res.groups = int((np.bincount(groups) > 1).sum())
     drop, lists = v.filter(pa.array(~keep)), {}
     for b, s, i in zip(drop['bucket'].to_pylist(), drop['shard'].to_pylist(), drop['index'].to_pylist()): lists.setdefault((b, s), []).append(i)
-    old = {(f'{p.parent.parent.name}/{p.parent.name}', p.name.split('.skip.')[0]) for p in root.glob('*/*/shard.*.mds.skip.dedup.json')}
+    old = {(bucket_key(b), s) for b in iter_buckets(root) for s in read_skips(b, ['dedup'])}
     for b, s in sorted(old | set(lists)): set_skips(root / b, s, 'dedup', lists.get((b, s), []), 'prx_nb.dedup.dedup_tree')
     res.skipped = dict(sorted(Counter(drop['bucket'].to_pylist()).items()))
     return res
@@ -168,7 +168,7 @@ def prx_dedup(mds:str=None, # root of an MDS tree written by prx_nb (required)
               quiet:bool=False): # no progress bar
     "Keep one sample per perceptual hash across the whole tree (the highest-resolution source) and skip the rest (`dedup` skip lists)."
     if not mds: raise SystemExit('prx_dedup: --mds is required')
-    if not list(Path(mds).glob('*/*/manifest.parquet')): raise SystemExit(f'prx_dedup: no MDS buckets under {mds} (expected {mds}/<tier>/<WxH>/manifest.parquet)')
+    if not any(iter_buckets(mds)): raise SystemExit(f'prx_dedup: no MDS buckets under {mds} (expected {mds}/<tier>/<WxH>/manifest.parquet)')
     try: r = dedup_tree(mds, radius, table, progress=not quiet)
     except ValueError as e: raise SystemExit(f'prx_dedup: {e}') from None
     for b, n in r.skipped.items(): print(f'{b:>16}  {n:>7,} skipped as dedup')

@@ -13,7 +13,8 @@ from .core import open_rgb
 
 # %% auto #0
 __all__ = ['OFFLINE_INCEPTION', 'Embedded', 'center_crop_array', 'EfficientNetEmbedder', 'imagenet_classes', 'ImageNetTagger',
-           'MiniLM', 'offline_inception_path', 'register_offline_inception', 'InceptionEmbedder', 'HFEmbedder']
+           'MiniLM', 'shared_minilm', 'offline_inception_path', 'register_offline_inception', 'InceptionEmbedder',
+           'HFEmbedder']
 
 # %% ../nbs/00a_embed.ipynb #8b7bb459
 @dataclass
@@ -49,7 +50,7 @@ class EfficientNetEmbedder:
         self.model = EfficientNet.from_pretrained('efficientnet-lite0', weights_path=path).eval().to(device)
 
 # %% ../nbs/00a_embed.ipynb #7eef7dcc
-def _prepare(data:bytes, size:int):
+def _imagenet_input(data:bytes, size:int):
     "Decode and preprocess one image; returns (array, '') or (None, reason)."
     try: im = open_rgb(data, draft=(size * 2, size * 2))
     except ValueError as e: return None, str(e)
@@ -57,7 +58,7 @@ def _prepare(data:bytes, size:int):
 
 def _embed_call(self:EfficientNetEmbedder, datas:list)->Embedded:
     "Embed a list of encoded images."
-    prepared = [_prepare(d, self.size) for d in datas]
+    prepared = [_imagenet_input(d, self.size) for d in datas]
     out = np.full((len(datas), self.dim), np.nan, 'float32')
     idx = [i for i, (a, _) in enumerate(prepared) if a is not None]
     for s in range(0, len(idx), self.batch_size):
@@ -80,14 +81,12 @@ class ImageNetTagger:
     "Top-k ImageNet class names of an image from the offline EfficientNet-lite0 classifier: a stand-in caption for exploring."
     name = 'imagenet-tags-efficientnet-lite0'
     def __init__(self, k:int=5, device:str='cpu', batch_size:int=32):
-        from prx_nb.embed import EfficientNetEmbedder
         self.net, self.k, self.classes = EfficientNetEmbedder(device, batch_size), k, imagenet_classes()
 
     def __call__(self, datas:list)->list:
         "One tag string per encoded image ('' when it can't be decoded)."
-        from prx_nb.embed import _prepare
         torch, out = self.net.torch, [''] * len(datas)
-        prepared = [_prepare(d, self.net.size) if d is not None else (None, 'no bytes') for d in datas]
+        prepared = [_imagenet_input(d, self.net.size) if d is not None else (None, 'no bytes') for d in datas]
         idx = [i for i, (a, _) in enumerate(prepared) if a is not None]
         for s in range(0, len(idx), self.net.batch_size):
             chunk = idx[s:s + self.net.batch_size]
@@ -122,7 +121,9 @@ class MiniLM:
         return np.concatenate(out).astype('float32') if out else np.zeros((0, self.dim), 'float32')
 
 @functools.lru_cache(maxsize=1)
-def _minilm()->MiniLM: return MiniLM()   # loaded once per process: semantic queries reuse it
+def shared_minilm()->MiniLM:
+    "One `MiniLM` per process, loaded on first use (semantic queries reuse it)."
+    return MiniLM()
 
 # %% ../nbs/00a_embed.ipynb #831b9701
 def _decode_uint8(data:bytes):

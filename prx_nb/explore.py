@@ -8,7 +8,7 @@ import functools, hashlib, html, re, threading
 from pathlib import Path
 import numpy as np, pandas as pd, pyarrow as pa
 from .core import call_parse, open_rgb
-from .embed import ImageNetTagger, _minilm
+from .embed import ImageNetTagger, MiniLM, shared_minilm
 from .table import open_table, fill_column, image_bytes, sql_str
 from .bucket import TIERS, AR_RANGE, tier_floor
 
@@ -161,7 +161,7 @@ def search(table:str, # the Lance table
     elif like is not None or vector is not None or semantic is not None:
         col = vector_column
         if like is not None: q, kw['filter'] = _vector_of(ds, like, col), _and(where, f'id != {sql_str(like)}')
-        elif semantic is not None: col = f'{caption}_minilm'; q = _minilm()([semantic])[0]
+        elif semantic is not None: col = f'{caption}_minilm'; q = shared_minilm()([semantic])[0]
         else: q = np.asarray(vector, 'float32')
         if col not in ds.schema.names: raise ValueError(f'the table has no {col} column: add_image_embeddings / add_caption_embeddings first')
         kw = {**kw, 'columns': cols + ['_distance']}; del kw['limit']

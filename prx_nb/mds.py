@@ -16,7 +16,8 @@ from .bucket import Bucketer
 
 # %% auto #0
 __all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'BucketWrite', 'write_part', 'merge_parts', 'write_bucket', 'read_optouts',
-           'MDSWrite', 'write_mds', 'iter_bucket', 'iter_buckets', 'bucket_key', 'skip_path', 'prx_write_mds']
+           'MDSWrite', 'write_mds', 'iter_bucket', 'iter_buckets', 'bucket_key', 'skip_path', 'skip_files',
+           'copy_bucket', 'prx_write_mds']
 
 # %% ../nbs/07_mds.ipynb #67faddf4
 MDS_COLUMNS = {'jpg': 'bytes', 'caption': 'str', 'width': 'int32', 'height': 'int32', 'id': 'str'}
@@ -272,6 +273,48 @@ def skip_path(bucket:Path, shard:str, reason:str)->Path:
     "The sidecar holding `reason`'s skipped sample indices of `shard` in the bucket folder `bucket`."
     if not reason.replace('_', '').replace('-', '').isalnum(): raise ValueError(f'reason must be a word (letters, digits, - or _), got {reason!r}')
     return Path(bucket) / f'{shard}.skip.{reason}.json'
+
+# %% ../nbs/07_mds.ipynb #bfa5375e
+def skip_files(folder:str|Path, # a bucket folder, or a whole tree
+              )->list:
+    "(path, shard, reason) of every skip-list sidecar under `folder`, sorted."
+    out = []
+    for p in sorted(Path(folder).glob('**/shard.*.mds.skip.*.json')):
+        shard, _, rest = p.name.partition('.skip.')
+        out.append((p, shard, rest[:-len('.json')]))
+    return out
+
+# %% ../nbs/07_mds.ipynb #5919184b
+def copy_bucket(src:Path, # a bucket folder
+                dst:Path, # the new bucket folder (nothing is done when it is complete already)
+                *,
+                drop, # manifest row (id, shard, index) -> True to leave that sample out
+                shard_bytes:int=128 << 20, # shard size limit
+                made_by:str='prx_nb.mds.copy_bucket', # recorded in `bucket.json`
+               )->BucketWrite:
+    "Copy the samples of bucket `src` that `drop` keeps (bytes as they are) into a fresh bucket `dst`."
+    from streaming import MDSWriter
+    if (done := _complete(dst)) is not None: return done
+    pdir = dst.with_name(dst.name + '.parts')
+    part = pdir / 'part.00000'
+    tmp = part.with_name(part.name + '.partial')
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    man, keep = pq.read_table(src / 'manifest.parquet'), []
+    rows = man.select(['id', 'shard', 'index']).to_pylist()
+    with MDSWriter(out=str(tmp), columns=MDS_COLUMNS, size_limit=shard_bytes) as w:
+        for i, (m, s) in enumerate(zip(rows, iter_bucket(src), strict=True)):
+            if s['id'] != m['id']: raise RuntimeError(f'{src}: manifest and shards disagree at {m["id"]}')
+            if drop(m): continue
+            w.write({k: s[k] for k in MDS_COLUMNS})
+            keep.append(i)
+    kept = man.take(pa.array(keep, pa.int64())).drop_columns(['shard', 'index'])
+    _seal_part(tmp, part, kept, _REJECTED.empty_table(), dict(ids_digest=_ids_digest(kept['id'].to_pylist())))
+    meta = json.loads((src / 'bucket.json').read_text())
+    meta |= dict(made_by=made_by, copied_from=str(src), dropped=man.num_rows - kept.num_rows)
+    res = merge_parts([part], dst, meta)
+    shutil.rmtree(pdir, ignore_errors=True)
+    return res
 
 # %% ../nbs/07_mds.ipynb #7bd79573
 @call_parse

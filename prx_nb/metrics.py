@@ -10,7 +10,7 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 from .core import call_parse
-from .embed import Embedded, InceptionEmbedder, HFEmbedder, register_offline_inception
+from .embed import InceptionEmbedder, HFEmbedder, register_offline_inception
 
 # %% auto #0
 __all__ = ['LPIPS_BACKBONES', 'IMAGE_SUFFIXES', 'psnr', 'lpips_model', 'lpips_distance', 'mmd', 'embed_folder',

@@ -4,13 +4,12 @@
 
 # %% ../nbs/07a_skips.ipynb #e622e538
 from __future__ import annotations
-import json, os, shutil, time
-from collections import Counter
+import json, os, time
 from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from .core import call_parse
-from .mds import (OPTOUT, MDS_COLUMNS, BucketWrite, iter_bucket, iter_buckets, bucket_key, skip_path,
+from .mds import (OPTOUT, BucketWrite, iter_buckets, bucket_key, skip_path, skip_files,
                         read_optouts, copy_bucket)
 
 # %% auto #0
@@ -37,14 +36,13 @@ def add_skips(bucket:Path, shard:str, reason:str, indices)->int:
 def read_skips(bucket:Path, reasons=None)->dict:
     "Shard basename → set of skipped indices in the bucket folder `bucket`, unioned over `reasons` (None: all)."
     out = {}
-    for p in sorted(Path(bucket).glob('shard.*.mds.skip.*.json')):
-        shard, reason = p.name.split('.skip.')[0], p.name.split('.skip.')[1][:-len('.json')]
+    for p, shard, reason in skip_files(bucket):
         if reasons is None or reason in reasons: out.setdefault(shard, set()).update(json.loads(p.read_text())['indices'])
     return out
 
 def skip_reasons(root:Path)->set:
     "Every reason with a skip list anywhere under the MDS tree `root`."
-    return {p.name.split('.skip.')[1][:-len('.json')] for p in Path(root).glob('**/shard.*.mds.skip.*.json')}
+    return {reason for _, _, reason in skip_files(root)}
 
 # %% ../nbs/07a_skips.ipynb #48fcdd1c
 def skip_ids(root:str|Path, # the MDS tree
@@ -54,10 +52,11 @@ def skip_ids(root:str|Path, # the MDS tree
     "Add the samples of `ids` to `reason`'s skip lists across the tree; returns {bucket: n added} and `'not_found'`."
     root, want, found = Path(root), set(ids), set()
     res = {}
-    for man in sorted(root.glob('*/*/manifest.parquet')):
+    for b in iter_buckets(root):
+        man = b / 'manifest.parquet'
         hit = [r for r in pq.read_table(man, columns=['id', 'shard', 'index']).to_pylist() if r['id'] in want]
         for shard in {r['shard'] for r in hit}: add_skips(man.parent, shard, reason, [r['index'] for r in hit if r['shard'] == shard])
-        if hit: res[f'{man.parent.parent.name}/{man.parent.name}'] = len(hit); found |= {r['id'] for r in hit}
+        if hit: res[bucket_key(b)] = len(hit); found |= {r['id'] for r in hit}
     res['not_found'] = len(want - found)
     return res
 
@@ -123,9 +122,9 @@ def skip_stats(root:str|Path, threshold:float=0.10):
     "Per bucket: samples, skipped per reason, skipped in all (union), the skipped share, and whether a rewrite is advised."
     import pandas as pd
     rows = []
-    for idx in sorted(Path(root).glob('*/*/index.json')):
-        b, n = idx.parent, sum(s['samples'] for s in json.loads(idx.read_text())['shards'])
-        row = dict(bucket=f'{b.parent.name}/{b.name}', samples=n)
+    for b in iter_buckets(root):
+        n = sum(s['samples'] for s in json.loads((b / 'index.json').read_text())['shards'])
+        row = dict(bucket=bucket_key(b), samples=n)
         for r in sorted(skip_reasons(b)): row[r] = sum(map(len, read_skips(b, [r]).values()))
         row['skipped'] = sum(map(len, read_skips(b).values()))
         rows.append(row)
@@ -145,24 +144,17 @@ def optout(root:str|Path, ids)->dict:
     return res
 
 # %% ../nbs/07a_skips.ipynb #ae13a8d9
-def rewrite_bucket(src:Path, dst:Path, reasons=None, exclude:set=frozenset(), shard_bytes:int=128 << 20)->BucketWrite:
+def rewrite_bucket(src:Path, # a bucket folder
+                   dst:Path, # the fresh bucket folder
+                   *,
+                   reasons=None, # skip-list reasons to leave out (None: all)
+                   exclude:set=frozenset(), # ids left out whatever the skip lists say (the opt-out record)
+                   shard_bytes:int=128 << 20, # shard size limit
+                  )->BucketWrite:
     "Copy the kept samples of bucket folder `src` (bytes as they are) into a fresh bucket folder `dst`."
-    from streaming import MDSWriter
-    if (done := _complete(dst)) is not None: return done
-    pdir = dst.with_name(dst.name + '.parts'); part = pdir / 'part.00000'
-    tmp = part.with_name(part.name + '.partial'); shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
-    skips, man, keep = read_skips(src, reasons), pq.read_table(src / 'manifest.parquet'), []
-    with MDSWriter(out=str(tmp), columns=MDS_COLUMNS, size_limit=shard_bytes) as w:
-        for i, (m, s) in enumerate(zip(man.select(['id', 'shard', 'index']).to_pylist(), iter_bucket(src), strict=True)):
-            if s['id'] != m['id']: raise RuntimeError(f'{src}: manifest and shards disagree at {m["id"]}')
-            if m['index'] in skips.get(m['shard'], ()) or m['id'] in exclude: continue
-            w.write({k: s[k] for k in MDS_COLUMNS}); keep.append(i)
-    kept = man.take(pa.array(keep, pa.int64())).drop_columns(['shard', 'index'])
-    _seal_part(tmp, part, kept, _REJECTED.empty_table(), dict(ids_digest=_ids_digest(kept['id'].to_pylist())))
-    meta = json.loads((src / 'bucket.json').read_text()) | dict(made_by='prx_nb.mds.rewrite_bucket', rewritten_from=str(src),
-                                                                dropped=man.num_rows - kept.num_rows)
-    res = merge_parts([part], dst, meta); shutil.rmtree(pdir, ignore_errors=True)
-    return res
+    skips = read_skips(src, reasons)
+    drop = lambda m: m['index'] in skips.get(m['shard'], ()) or m['id'] in exclude
+    return copy_bucket(src, dst, drop=drop, shard_bytes=shard_bytes, made_by='prx_nb.skips.rewrite_bucket')
 
 # %% ../nbs/07a_skips.ipynb #924a8c4e
 def rewrite(root:str|Path, out:str|Path, reasons=None, shard_bytes:int=128 << 20, progress:bool=True)->dict:
@@ -170,8 +162,8 @@ def rewrite(root:str|Path, out:str|Path, reasons=None, shard_bytes:int=128 << 20
     root, out = Path(root), Path(out); out.mkdir(parents=True, exist_ok=True)
     excl = read_optouts(root)
     if excl: pq.write_table(pa.table({'id': pa.array(sorted(excl), pa.string())}), out / OPTOUT)
-    buckets = [i.parent for i in sorted(root.glob('*/*/index.json'))]
-    return {f'{b.parent.name}/{b.name}': rewrite_bucket(b, out / b.parent.name / b.name, reasons, excl, shard_bytes)
+    buckets = list(iter_buckets(root))
+    return {bucket_key(b): rewrite_bucket(b, out / bucket_key(b), reasons=reasons, exclude=excl, shard_bytes=shard_bytes)
             for b in tqdm(buckets, desc='rewrite', unit='bucket', disable=not progress)}
 
 # %% ../nbs/07a_skips.ipynb #7cda4192

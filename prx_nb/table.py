@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-import pyarrow as pa, pyarrow.fs as pafs
+import pyarrow as pa, pyarrow.compute as pc, pyarrow.fs as pafs
 from tqdm.auto import tqdm
 from .core import call_parse
 

@@ -36,10 +36,14 @@ def longest_export_run(nb):
     return best
 
 
+def _flat(n): return n.elts if isinstance(n, ast.Tuple) else [n]
+
+
 def patched_assignments(tree):
-    "Module-level `Cls.attr = name` statements (a method attached after the class)."
-    return [n.lineno for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)
-            and any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) for t in n.targets)]
+    "Module-level `Cls.attr = name` statements (a method attached after the class), tuples included."
+    return [n.lineno for n in tree.body if isinstance(n, ast.Assign)
+            and all(isinstance(v, ast.Name) for v in _flat(n.value))
+            and any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) for tt in n.targets for t in _flat(tt))]
 
 
 def positional_calls(tree, limit=3):
