@@ -32,7 +32,7 @@ def run_config(name, bucketer, files, repeat):
     jobs = []
     for p in files:
         r, _ = bucketer.render(p.read_bytes())
-        if r.ok: jobs.append((p, min(cover_size(r.src_width, r.src_height, r.width, r.height))))
+        if r.ok: jobs.append((p, min(cover_size(r.src_width, r.src_height, r.width, bh=r.height))))
     data = [p.read_bytes() for p, _ in jobs]
     ours, _ = timed(lambda: [bucketer(b) for b in data], repeat)
     ours_rgb, _ = timed(lambda: [rgb(b) for b in data], repeat)

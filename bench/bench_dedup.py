@@ -44,7 +44,7 @@ def quality(files):
     hashes = dict(prx_nb=phash_many([x['data'] for x in items])[0],
                   imagehash=as_int(imagehash.phash(Image.open(io.BytesIO(x['data']))) for x in items),
                   imagededup=as_int(idd.encode_image(image_array=np.asarray(Image.open(io.BytesIO(x['data'])).convert('RGB'))) for x in items))
-    out = {m: precision_recall(h, i, j, truth) for m, h in hashes.items()}
+    out = {m: precision_recall(h, i, j, truth=truth) for m, h in hashes.items()}
     for m, rows in out.items(): print(m, ' '.join(f"r={r['radius']}: P {r['precision']:.3f} R {r['recall']:.3f}" for r in rows))
     return dict(images=len(items), pairs=len(i), true_pairs=int(truth.sum()), by_method=out)
 
@@ -56,7 +56,7 @@ def scale(n):
     dup = rng.choice(n, n // 10, replace=False); h[dup] = h[rng.integers(0, n, n // 10)]
     px, nb, rank = rng.integers(1, 20_000_000, n), rng.integers(1, 10_000_000, n), np.arange(n)
     gc.collect(); before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t = time.perf_counter(); keep, _ = dedup_keep(h, px, nb, rank); dt = time.perf_counter() - t
+    t = time.perf_counter(); keep, _ = dedup_keep(h, px, nb, rank=rank); dt = time.perf_counter() - t
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     inputs_mb = (h.nbytes + px.nbytes + nb.nbytes + rank.nbytes) / 2**20
     res = dict(fingerprints=n, kept=int(keep.sum()), expected_kept=len(np.unique(h)), seconds=round(dt, 2), inputs_mb=round(inputs_mb),

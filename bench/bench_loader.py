@@ -22,7 +22,7 @@ def make_bucket(d, n):
     import json
     for s in json.loads((d / 'index.json').read_text())['shards']:
         k = s['samples']; per[s['raw_data']['basename']] = rng.choice(k, k // 10, replace=False).tolist()
-    for shard, idx in per.items(): add_skips(d, shard, 'dedup', idx)
+    for shard, idx in per.items(): add_skips(d, shard, 'dedup', indices=idx)
     return sum(map(len, per.values()))
 
 

@@ -25,6 +25,7 @@ def tier_floor(tier:int, max_upscale:float=MAX_UPSCALE)->float:
 
 # %% ../nbs/02_bucket.ipynb #063a0d3b
 def assign_tiers(width, height, # arrays of displayed sizes
+                 *,
                  tiers=TIERS, max_upscale:float=MAX_UPSCALE, ar_range=AR_RANGE)->tuple:
     "Per image: the largest tier it reaches (0 when dropped) and the drop reason ('' when kept)."
     w, h = np.asarray(width, 'float64'), np.asarray(height, 'float64')
@@ -46,6 +47,7 @@ def _best_size(tier:int, r:float, divisor:int)->tuple:
     return best[1], best[2]
 
 def bucket_sizes(tier:int, # about tier² pixels per bucket
+                 *,
                  divisor:int=16, # both sides divisible by this
                  ar_range=AR_RANGE, # (narrowest, widest) aspect ratio, w/h
                  count:int=13, # buckets per tier (odd: the middle one is square)
@@ -59,11 +61,11 @@ def bucket_sizes(tier:int, # about tier² pixels per bucket
     return [(h, w) for w, h in land[:0:-1]] + land
 
 # %% ../nbs/02_bucket.ipynb #ad4e8c93
-def bucket_table(tiers=TIERS, divisor:int=16, ar_range=AR_RANGE, count:int=13, patch:int=32):
+def bucket_table(tiers=TIERS, *, divisor:int=16, ar_range=AR_RANGE, count:int=13, patch:int=32):
     "All buckets of all `tiers` as a DataFrame: tier, k (−6 … 6: portrait to landscape), name (`WxH`), width, height, aspect ratio, megapixels, patches of `patch`²."
     import pandas as pd
     rows = [dict(tier=t, k=k - count // 2, bucket=f'{w}x{h}', width=w, height=h, aspect=round(w / h, 3), megapixels=round(w * h / 1e6, 3),
-                 patches=w * h // (patch * patch)) for t in tiers for k, (w, h) in enumerate(bucket_sizes(t, divisor, ar_range, count))]
+                 patches=w * h // (patch * patch)) for t in tiers for k, (w, h) in enumerate(bucket_sizes(t, divisor=divisor, ar_range=ar_range, count=count))]
     return pd.DataFrame(rows)
 
 # %% ../nbs/02_bucket.ipynb #dd65d7b9
@@ -104,7 +106,7 @@ class Planes:
 # %% ../nbs/02_bucket.ipynb #97db8e7b
 class Bucketer:
     "Assign, resize (Lanczos, cover + centre crop) and encode (JPEG) images into the tier/aspect buckets."
-    def __init__(self, tiers=TIERS, divisor:int=16, ar_range=AR_RANGE, count:int=13,
+    def __init__(self, tiers=TIERS, *, divisor:int=16, ar_range=AR_RANGE, count:int=13,
                  max_upscale:float=MAX_UPSCALE, # never upscale by more than this per side
                  quality:int=92, # JPEG quality
                  oversample:float=2.0, # reduced JPEG decode keeps at least this factor over the resized size (0: never reduce)
@@ -115,13 +117,13 @@ class Bucketer:
         if max_upscale < 1: raise ValueError(f'max_upscale must be >= 1, got {max_upscale}')
         if oversample and oversample < 1: raise ValueError(f'oversample must be 0 (off) or >= 1, got {oversample}')
         self.tiers, self.ar_range, self.max_upscale = tuple(sorted(tiers)), ar_range, max_upscale
-        self.buckets = {t: bucket_sizes(t, divisor, ar_range, count) for t in self.tiers}
+        self.buckets = {t: bucket_sizes(t, divisor=divisor, ar_range=ar_range, count=count) for t in self.tiers}
         self.quality, self.oversample, self.background, self.max_pixels, self.planar = quality, oversample, tuple(background), max_pixels, planar
 
 # %% ../nbs/02_bucket.ipynb #c4bb1cb8
 def _assign(self:Bucketer, width:int, height:int)->tuple:
     "(tier, (w, h), '') for an image of `width`×`height`, or (0, None, reason)."
-    tier, why = assign_tiers([width], [height], self.tiers, self.max_upscale, self.ar_range)
+    tier, why = assign_tiers([width], [height], tiers=self.tiers, max_upscale=self.max_upscale, ar_range=self.ar_range)
     if why[0]: return 0, None, str(why[0])
     return int(tier[0]), nearest_bucket(width, height, self.buckets[int(tier[0])]), ''
 Bucketer.assign = _assign
@@ -147,12 +149,12 @@ def _render(self:Bucketer, data:bytes)->tuple:
     if not tier: return Bucketed(why, f'{info.width}x{info.height} is outside the buckets', **src), None
     cw, ch = cover_size(info.width, info.height, *b)
     draft = (math.ceil(cw * self.oversample), math.ceil(ch * self.oversample)) if self.oversample else None
-    try: im = open_rgb(data, self.max_pixels, self.background, draft=draft, info=info, ycc=self.planar)
+    try: im = open_rgb(data, max_pixels=self.max_pixels, background=self.background, draft=draft, info=info, ycc=self.planar)
     except ValueError as e: return Bucketed('corrupt', str(e), **src), None
     sx, sy = im.width / cw, im.height / ch  # the decoded image (full or reduced) in cover-size units
     l, t, r, btm = center_crop_box(cw, ch, *b)
     box = (l * sx, t * sy, r * sx, btm * sy)  # resize only the part the crop keeps: same sampling grid, less work
-    ok = Bucketed('ok', '', tier, b[0], b[1], b'', **src)
+    ok = Bucketed(status='ok', reason='', tier=tier, width=b[0], height=b[1], jpeg=b'', **src)
     if not self.planar: return ok, im.resize(b, Image.LANCZOS, box=box)
     y, cb, cr = im.split()
     half, hbox = ((b[0] + 1) // 2, (b[1] + 1) // 2), tuple(v / 2 for v in box)  # chroma: 2x2 box to its own resolution, then Lanczos

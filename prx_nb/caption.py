@@ -5,16 +5,16 @@
 # %% ../nbs/05_caption.ipynb #33c5028e
 from __future__ import annotations
 import base64, io, json, math, re, time
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, field
 import numpy as np, pyarrow as pa, simplejpeg
 from PIL import Image
 from tqdm.auto import tqdm
-from .core import call_parse, probe_image, open_rgb
+from .core import call_parse, probe_image, open_rgb, Engine, as_engine
 from .table import write_back, image_bytes
 
 # %% auto #0
 __all__ = ['SYSTEM_PROMPT', 'USER_PROMPT', 'PROMPT_VERSION', 'CaptionSpec', 'prepare_image', 'Reply', 'judge', 'CaptionerError',
-           'OpenAICaptioner', 'TransformersCaptioner', 'VLLMCaptioner', 'tiny_vlm', 'Backend', 'CaptionRun',
+           'OpenAICaptioner', 'TransformersCaptioner', 'VLLMCaptioner', 'tiny_vlm', 'Backend', 'Actors', 'CaptionRun',
            'caption_table', 'prx_caption']
 
 # %% ../nbs/05_caption.ipynb #13d72a81
@@ -75,15 +75,16 @@ class Reply:
 _REFUSAL = re.compile(r"^\W*(i'?m sorry|i am sorry|sorry,|i can(?:no|')t|i am unable|i'?m unable|i won'?t|as an ai\b)", re.I)
 
 def judge(text:str|None, # the reply's text
+          *,
           finish_reason:str|None=None, # 'stop', 'length', ...
           output_tokens:int=0, max_chars:int=4000)->Reply:
     "The `Reply` for a model's raw answer: 'ok', or why it is not a caption."
     t = (text or '').strip()
-    if not t: return Reply(None, 'empty', 'the model returned no text', output_tokens)
-    if finish_reason == 'length': return Reply(None, 'truncated', f'cut off at the token limit ({output_tokens} tokens): {t[-60:]!r}', output_tokens)
-    if len(t) > max_chars: return Reply(None, 'too_long', f'{len(t)} characters > {max_chars}', output_tokens)
-    if _REFUSAL.match(t): return Reply(None, 'refusal', t[:120], output_tokens)
-    return Reply(t, 'ok', '', output_tokens)
+    if not t: return Reply(text=None, status='empty', reason='the model returned no text', output_tokens=output_tokens)
+    if finish_reason == 'length': return Reply(text=None, status='truncated', reason=f'cut off at the token limit ({output_tokens} tokens): {t[-60:]!r}', output_tokens=output_tokens)
+    if len(t) > max_chars: return Reply(text=None, status='too_long', reason=f'{len(t)} characters > {max_chars}', output_tokens=output_tokens)
+    if _REFUSAL.match(t): return Reply(text=None, status='refusal', reason=t[:120], output_tokens=output_tokens)
+    return Reply(text=t, status='ok', reason='', output_tokens=output_tokens)
 
 # %% ../nbs/05_caption.ipynb #54ece922
 class CaptionerError(RuntimeError):
@@ -100,7 +101,7 @@ def _messages(spec:CaptionSpec, image)->list:
 class OpenAICaptioner:
     "Caption through an OpenAI-compatible chat-completions server (`vllm serve`, `transformers serve`, ...), streamed, with retries."
     def __init__(self, endpoint:str, # base URL, e.g. http://127.0.0.1:8000/v1
-                 spec:CaptionSpec, concurrency:int=16, # requests in flight
+                 spec:CaptionSpec, *, concurrency:int=16, # requests in flight
                  timeout:float=120.0, # seconds per request
                  retries:int=4, backoff:float=0.5, # retries on timeouts, dropped connections, 5xx, malformed answers; first wait (doubles)
                  api_key:str|None=None, check:bool=True): # check: ask the server which models it serves, now
@@ -164,7 +165,7 @@ def _one(self:OpenAICaptioner, jpeg:bytes)->Reply:
                 text, finish, tokens = _parse_stream(r.iter_lines())
         except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError, ValueError, RuntimeError) as e:
             last = f'{type(e).__name__}: {str(e)[:200]}'; continue
-        return judge(text, finish, tokens if tokens is not None else len(text.split()), self.spec.max_chars)
+        return judge(text, finish_reason=finish, output_tokens=tokens if tokens is not None else len(text.split()), max_chars=self.spec.max_chars)
     return Reply(None, 'error', f'gave up after {self.retries + 1} attempts: {last}')
 
 def _caption(self:OpenAICaptioner, images:list)->list:
@@ -177,6 +178,7 @@ OpenAICaptioner._one, OpenAICaptioner.caption = _one, _caption
 class TransformersCaptioner:
     "Caption with a local Hugging Face vision-language model (any `AutoModelForImageTextToText` with a chat template), batched."
     def __init__(self, model_dir:str, # a local model directory (nothing is downloaded)
+                 *,
                  spec:CaptionSpec|None=None, device:str='cpu', batch_size:int=8,
                  dtype:str|None=None): # e.g. 'bfloat16' on a GPU; default: the model's own
         import os, torch
@@ -206,7 +208,7 @@ def _tf_batch(self:TransformersCaptioner, jpegs:list)->list:
     for row in new.tolist():
         n = next((k for k, tok in enumerate(row) if tok in eos), None)
         toks = row if n is None else row[:n]
-        replies.append(judge(self.processor.tokenizer.decode(toks, skip_special_tokens=True), 'length' if n is None else 'stop', len(toks), self.spec.max_chars))
+        replies.append(judge(self.processor.tokenizer.decode(toks, skip_special_tokens=True), finish_reason='length' if n is None else 'stop', output_tokens=len(toks), max_chars=self.spec.max_chars))
     return replies
 
 def _tf_caption(self:TransformersCaptioner, images:list)->list:
@@ -235,7 +237,7 @@ class VLLMCaptioner:
 def _vllm_caption(self:VLLMCaptioner, images:list)->list:
     "Replies for prepared JPEGs: one `LLM.chat` call over the batch."
     outs = self.llm.chat([_messages(self.spec, dict(type='image_url', image_url=dict(url=_data_url(b)))) for b in images], self.params, use_tqdm=False)
-    return [judge(o.outputs[0].text, o.outputs[0].finish_reason, len(o.outputs[0].token_ids), self.spec.max_chars) for o in outs]
+    return [judge(o.outputs[0].text, finish_reason=o.outputs[0].finish_reason, output_tokens=len(o.outputs[0].token_ids), max_chars=self.spec.max_chars) for o in outs]
 VLLMCaptioner.caption = _vllm_caption
 
 # %% ../nbs/05_caption.ipynb #026b02f0
@@ -293,12 +295,17 @@ class Backend:
     device: str = 'cpu' # transformers: cpu or cuda
     batch_size: int = 8 # transformers: images per generate call
     concurrency: int = 16 # openai: requests in flight
+
+    def __post_init__(self):
+        if self.kind not in ('openai', 'transformers', 'vllm'):
+            raise ValueError(f"backend must be openai, transformers or vllm, not {self.kind!r}")
+
     def make(self):
         "Build the captioner (connects to the server or loads the model now)."
         if self.kind == 'openai': return OpenAICaptioner(self.endpoint, self.spec, concurrency=self.concurrency)
-        if self.kind == 'transformers': return TransformersCaptioner(self.spec.model, self.spec, self.device, self.batch_size)
-        if self.kind == 'vllm': return VLLMCaptioner(self.spec.model, self.spec)
-        raise ValueError(f"backend must be openai, transformers or vllm, not {self.kind!r}")
+        if self.kind == 'transformers':
+            return TransformersCaptioner(self.spec.model, spec=self.spec, device=self.device, batch_size=self.batch_size)
+        return VLLMCaptioner(self.spec.model, self.spec)
 
 # %% ../nbs/05_caption.ipynb #ceda1f4f
 def _ensure_columns(table:str, col:str, spec:CaptionSpec):
@@ -306,17 +313,21 @@ def _ensure_columns(table:str, col:str, spec:CaptionSpec):
     import lance
     ds = lance.dataset(table)
     new = [pa.field(c, pa.string(), nullable=True) for c in (col, col + '_status') if c not in ds.schema.names]
-    if new: ds.add_columns(new); ds = lance.dataset(table)
+    if new:
+        ds.add_columns(new)
+        ds = lance.dataset(table)
     meta = spec.meta() | {'made_by': 'prx_nb.caption.caption_table'}
-    if (ds.schema.field(col).metadata or {}) != {k.encode(): v.encode() for k, v in meta.items()}: ds.update_field_metadata({col: meta}, replace=True)
+    if (ds.schema.field(col).metadata or {}) != {k.encode(): v.encode() for k, v in meta.items()}:
+        ds.update_field_metadata({col: meta}, replace=True)
 
 _OUT = pa.schema([('_rowid', pa.uint64()), ('text', pa.string()), ('status', pa.string()), ('tokens', pa.int64())])
 
-def _prepare_batch(b:pa.Table, max_pixels:int)->pa.Table:
+def _prepared_images(b:pa.Table, max_pixels:int)->pa.Table:
     "`_rowid`, the prepared JPEG (null when there is none) and why not, for a batch of table rows (CPU work)."
     got = [prepare_image(d, max_pixels) if d is not None else (None, why or 'no image bytes')
            for d, why in map(image_bytes, b.select(['image', 'uri']).to_pylist())]  # each row's bytes read once
-    return pa.table({'_rowid': b['_rowid'], 'jpeg': pa.array([j for j, _ in got], pa.binary()), 'why': pa.array([w for _, w in got], pa.string())})
+    return pa.table({'_rowid': b['_rowid'], 'jpeg': pa.array([j for j, _ in got], pa.binary()),
+                     'why': pa.array([w for _, w in got], pa.string())})
 
 def _caption_batch(p:pa.Table, captioner)->pa.Table:
     "Outcomes (`_rowid`, text, status, tokens) of a prepared batch: prepared images go to the captioner, the rest are `unreadable`."
@@ -324,7 +335,8 @@ def _caption_batch(p:pa.Table, captioner)->pa.Table:
     ok = [k for k, j in enumerate(jpegs) if j is not None]
     replies = dict(zip(ok, captioner.caption([jpegs[k] for k in ok]))) if ok else {}
     reps = [replies.get(k) or Reply(None, 'unreadable', why[k]) for k in range(len(jpegs))]
-    return pa.table({'_rowid': p['_rowid'], 'text': [r.text for r in reps], 'status': ['ok' if r.status == 'ok' else f'{r.status}: {r.reason}' for r in reps],
+    status = ['ok' if r.status == 'ok' else f'{r.status}: {r.reason}' for r in reps]
+    return pa.table({'_rowid': p['_rowid'], 'text': [r.text for r in reps], 'status': status,
                      'tokens': [r.output_tokens for r in reps]}, schema=_OUT)
 
 class _CaptionActor:
@@ -333,76 +345,104 @@ class _CaptionActor:
     def __call__(self, p:pa.Table)->pa.Table: return _caption_batch(p, self.c)
 
 # %% ../nbs/05_caption.ipynb #b0c25c92
-def _outcomes_ray(table, filt, backend:Backend, batch_size, actors, gpus_per_actor, cpus_per_actor, address, workers):
-    "Stream outcomes from a Ray Data pipeline: read from Lance, prepare on CPU workers, caption on `actors` captioner actors."
-    import ray, lance_ray
-    if not ray.is_initialized(): ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False, log_to_driver=False)
+@dataclass(frozen=True)
+class Actors:
+    "The captioner replicas of the Ray pipeline: how many, and what each holds."
+    count:int=1 # captioner replicas (one per GPU on a GPU node)
+    gpus:float=0 # GPUs each replica holds
+    cpus:float=1 # CPUs each replica holds (leave the rest to reading and preparing)
+
+    def __post_init__(self):
+        if self.count < 1 or self.gpus < 0 or self.cpus < 0: raise ValueError(f'bad actor settings: {self}')
+
+def _outcomes_ray(table:str, filt:str, backend:Backend, *, batch_size:int, actors:Actors, engine:Engine):
+    "Outcomes from a Ray Data pipeline: read from Lance, prepare on CPU workers, caption on the actors."
+    import lance_ray
+    engine.start()
     ds = lance_ray.read_lance(table, columns=['image', 'uri'], filter=filt, scanner_options=dict(with_row_id=True))
-    ds = ds.map_batches(_prepare_batch, fn_kwargs=dict(max_pixels=backend.spec.max_pixels), batch_size=batch_size, batch_format='pyarrow')
-    ds = ds.map_batches(_CaptionActor, fn_constructor_kwargs=dict(backend=backend), concurrency=actors, num_gpus=gpus_per_actor,
-                        num_cpus=cpus_per_actor, batch_size=batch_size, batch_format='pyarrow')  # actors must leave CPUs to the readers
+    ds = ds.map_batches(_prepared_images, fn_kwargs=dict(max_pixels=backend.spec.max_pixels), batch_size=batch_size,
+                        batch_format='pyarrow')
+    ds = ds.map_batches(_CaptionActor, fn_constructor_kwargs=dict(backend=backend), concurrency=actors.count,
+                        num_gpus=actors.gpus, num_cpus=actors.cpus, batch_size=batch_size, batch_format='pyarrow')
     yield from ds.iter_batches(batch_size=None, batch_format='pyarrow')
 
-def _outcomes_local(table, filt, captioner, batch_size):
+def _outcomes_local(table:str, filt:str, captioner, *, batch_size:int):
     "Outcomes batch by batch in this process: scan, prepare, caption."
     import lance
-    for b in lance.dataset(table).scanner(columns=['image', 'uri'], filter=filt, with_row_id=True, batch_size=batch_size).to_batches():
-        yield _caption_batch(_prepare_batch(pa.Table.from_batches([b]), captioner.spec.max_pixels), captioner)
+    scan = lance.dataset(table).scanner(columns=['image', 'uri'], filter=filt, with_row_id=True, batch_size=batch_size)
+    for b in scan.to_batches():
+        yield _caption_batch(_prepared_images(pa.Table.from_batches([b]), captioner.spec.max_pixels), captioner)
 
 # %% ../nbs/05_caption.ipynb #d331503a
 @dataclass
 class CaptionRun:
     "What `caption_table` did: rows captioned, outcomes per status, output tokens, seconds, the table version after."
-    column: str
-    rows: int = 0
-    statuses: dict = None
-    output_tokens: int = 0
-    seconds: float = 0.0
-    version: int = 0
+    column: str # the caption column
+    rows: int = 0 # rows given an outcome now
+    statuses: dict = field(default_factory=dict) # rows per outcome ('ok', 'truncated', 'unreadable', …)
+    output_tokens: int = 0 # tokens the model wrote
+    seconds: float = 0.0 # wall time
+    version: int = 0 # the table's version after
     @property
     def images_per_s(self)->float: return self.rows / self.seconds if self.seconds else 0.0
     @property
     def tokens_per_s(self)->float: return self.output_tokens / self.seconds if self.seconds else 0.0
 
+def _tally(run:CaptionRun, out:pa.Table):
+    "Count a batch of outcomes into `run`."
+    for s in out['status'].to_pylist():
+        k = s.split(':')[0]
+        run.statuses[k] = run.statuses.get(k, 0) + 1
+    run.rows += out.num_rows
+    run.output_tokens += sum(out['tokens'].to_pylist())
+
 def caption_table(table:str, # the Lance table
-                  captioner, # a captioner (OpenAICaptioner, TransformersCaptioner, VLLMCaptioner) or a `Backend` to build one from
+                  captioner, # a captioner (OpenAI, transformers or vLLM) or a `Backend` to build one from
                   name:str, # the columns are caption_<name> and caption_<name>_status
+                  *,
                   where:str|None=None, # only rows where this SQL holds
                   batch_size:int=32, # images per captioner call
                   commit_rows:int=256, # rows per write-back commit (what a kill can lose)
                   retry_failed:bool=False, # also redo rows whose outcome was not 'ok'
-                  limit:int|None=None, # stop after this many rows (local engine)
-                  engine:str='local', # 'local', or 'ray': a streaming Ray Data pipeline (needs a `Backend`)
-                  actors:int=1, gpus_per_actor:float=0, # ray: captioner replicas, and GPUs each (1 per replica on a GPU node)
-                  cpus_per_actor:float=1, # ray: CPUs each replica holds (leave the rest to reading and preparing)
-                  ray_address:str|None=None, workers:int|None=None, # ray: cluster address; CPUs for a local Ray
-                  progress:bool=True)->CaptionRun:
-    "Caption the rows of `table` that have no outcome yet and write the captions back in place, resumably."
+                  limit:int|None=None, # stop after this many rows
+                  engine:Engine|str='local', # 'local', or 'ray': a streaming Ray Data pipeline (needs a `Backend`)
+                  actors:Actors=Actors(), # ray: the captioner replicas
+                  progress:bool=True, # show a progress bar
+                 )->CaptionRun:
+    "Caption the rows of `table` with no outcome yet, writing captions back in place."
     import lance
+    engine = as_engine(engine)
     if not re.fullmatch(r'[A-Za-z0-9_]+', name): raise ValueError(f'name must be letters, digits or _, got {name!r}')
-    if engine not in ('local', 'ray'): raise ValueError(f"engine must be 'local' or 'ray', not {engine!r}")
-    if engine == 'ray' and not isinstance(captioner, Backend): raise ValueError("engine='ray' builds a captioner per actor: pass a Backend")
-    spec = captioner.spec
+    if engine.is_ray and not isinstance(captioner, Backend):
+        raise ValueError("engine='ray' builds a captioner per actor: pass a Backend")
     col, st = f'caption_{name}', f'caption_{name}_status'
-    _ensure_columns(table, col, spec)
-    filt = f"status = 'ok' AND ({st} IS NULL" + (f" OR {st} != 'ok')" if retry_failed else ')') + (f' AND ({where})' if where else '')
+    _ensure_columns(table, col, captioner.spec)
+    filt = f"status = 'ok' AND ({st} IS NULL" + (f" OR {st} != 'ok')" if retry_failed else ')')
+    filt += f' AND ({where})' if where else ''
     todo = min(lance.dataset(table).count_rows(filt), limit or 1 << 62)
-    if engine == 'ray': stream = _outcomes_ray(table, filt, captioner, batch_size, actors, gpus_per_actor, cpus_per_actor, ray_address, workers)
-    else: stream = _outcomes_local(table, filt, captioner.make() if isinstance(captioner, Backend) else captioner, batch_size)
-    run, pending, t0 = CaptionRun(col, statuses={}), [], time.perf_counter()
+    if engine.is_ray: stream = _outcomes_ray(table, filt, captioner, batch_size=batch_size, actors=actors, engine=engine)
+    else:
+        local = captioner.make() if isinstance(captioner, Backend) else captioner
+        stream = _outcomes_local(table, filt, local, batch_size=batch_size)
+    run, pending, t0 = CaptionRun(col), [], time.perf_counter()
     def flush():
-        if pending:
-            t = pa.concat_tables(pending); pending.clear()
-            run.version = write_back(table, pa.table({'_rowid': t['_rowid'], col: t['text'], st: t['status']}))
+        if not pending: return
+        t = pa.concat_tables(pending)
+        pending.clear()
+        run.version = write_back(table, pa.table({'_rowid': t['_rowid'], col: t['text'], st: t['status']}))
     with tqdm(total=todo, desc=col, unit='img', disable=not progress) as bar:
         for out in stream:
-            out = out.slice(0, todo - run.rows); pending.append(out)
-            for s in out['status'].to_pylist(): k = s.split(':')[0]; run.statuses[k] = run.statuses.get(k, 0) + 1
-            run.rows += out.num_rows; run.output_tokens += sum(out['tokens'].to_pylist()); run.seconds = time.perf_counter() - t0
-            bar.update(out.num_rows); bar.set_postfix(img_s=f'{run.images_per_s:.1f}', tok_s=f'{run.tokens_per_s:.0f}')
+            out = out.slice(0, todo - run.rows)
+            pending.append(out)
+            _tally(run, out)
+            run.seconds = time.perf_counter() - t0
+            bar.update(out.num_rows)
+            bar.set_postfix(img_s=f'{run.images_per_s:.1f}', tok_s=f'{run.tokens_per_s:.0f}')
             if sum(p.num_rows for p in pending) >= commit_rows: flush()
             if run.rows >= todo: break
-    flush(); run.seconds = time.perf_counter() - t0; run.version = run.version or lance.dataset(table).version
+    flush()
+    run.seconds = time.perf_counter() - t0
+    run.version = run.version or lance.dataset(table).version
     return run
 
 # %% ../nbs/05_caption.ipynb #4472974a
@@ -426,15 +466,19 @@ def prx_caption(table:str=None, # Lance table path or URI (required)
                 gpus_per_actor:float=0, # ray: GPUs per replica (1 on a GPU node)
                 cpus_per_actor:float=1, # ray: CPUs each replica holds
                 ray_address:str=None, # ray: cluster address
-                quiet:bool=False): # no progress bar
-    "Caption the usable rows of a Lance table with a VLM and write the captions back as a new column, in place; run again to resume."
+                workers:int=None, # ray: CPUs of a local Ray (default: all)
+                quiet:bool=False, # no progress bar
+               ):
+    "Caption the usable rows of a Lance table with a VLM into a new column, in place; run again to resume."
     if not (table and model and column): raise SystemExit('prx_caption: --table, --model and --column are required')
-    spec = CaptionSpec(model, max_new_tokens=max_new_tokens, max_pixels=max_pixels)
-    b = Backend(backend, spec, endpoint, device, batch_size, concurrency)
     try:
-        if ray: r = caption_table(table, b, column, where, batch_size, commit_rows, retry_failed, engine='ray', actors=actors, gpus_per_actor=gpus_per_actor, cpus_per_actor=cpus_per_actor,
-                                  ray_address=ray_address, progress=not quiet)
-        else: r = caption_table(table, b.make(), column, where, batch_size, commit_rows, retry_failed, limit, progress=not quiet)
+        spec = CaptionSpec(model, max_new_tokens=max_new_tokens, max_pixels=max_pixels)
+        b = Backend(backend, spec, endpoint=endpoint, device=device, batch_size=batch_size, concurrency=concurrency)
+        kw = dict(where=where, batch_size=batch_size, commit_rows=commit_rows, retry_failed=retry_failed, progress=not quiet)
+        if ray:
+            engine = Engine('ray', ray_address, workers)
+            r = caption_table(table, b, column, engine=engine, actors=Actors(actors, gpus_per_actor, cpus_per_actor), **kw)
+        else: r = caption_table(table, b.make(), column, limit=limit, **kw)
     except (CaptionerError, ValueError) as e: raise SystemExit(f'prx_caption: {e}') from None
     print(f"{r.rows:,} rows captioned into {r.column} of {table} (version {r.version}) in {r.seconds:.1f} s: "
           f"{r.images_per_s:.2f} img/s, {r.tokens_per_s:.0f} output tokens/s; outcomes {r.statuses}")

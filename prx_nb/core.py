@@ -6,11 +6,12 @@
 from __future__ import annotations
 import io, re, warnings
 from dataclasses import dataclass
+from fastcore.basics import patch
 from PIL import Image, ImageOps
 
 # %% auto #0
-__all__ = ['STATUS', 'SUPPORTED_FORMATS', 'SUPPORTED_MODES', 'MAX_PIXELS', 'call_parse', 'tiny_image', 'ImageInfo', 'probe_image',
-           'with_orientation', 'open_rgb']
+__all__ = ['STATUS', 'SUPPORTED_FORMATS', 'SUPPORTED_MODES', 'MAX_PIXELS', 'call_parse', 'Engine', 'as_engine', 'tiny_image',
+           'ImageInfo', 'probe_image', 'with_orientation', 'open_rgb']
 
 # %% ../nbs/00_core.ipynb #31984678
 STATUS = {
@@ -51,9 +52,43 @@ def call_parse(func):
         return inner(*args, **kwargs)
     return _f
 
+# %% ../nbs/00_core.ipynb #78075510
+@dataclass(frozen=True)
+class Engine:
+    "Where a stage runs: this process, or Ray Data."
+    kind:str='local' # 'local' (this process) or 'ray' (Ray Data)
+    address:str|None=None # a Ray cluster's address; None: start a local Ray
+    workers:int|None=None # CPUs of a local Ray; None: all of them
+
+    def __post_init__(self):
+        if self.kind not in ('local', 'ray'): raise ValueError(f"engine must be 'local' or 'ray', not {self.kind!r}")
+        if self.workers is not None and self.workers < 1: raise ValueError(f'workers must be at least 1, not {self.workers}')
+        if self.kind == 'local' and (self.address or self.workers):
+            raise ValueError("address= and workers= are Ray settings: give Engine('ray', ...)")
+
+    @property
+    def is_ray(self)->bool: return self.kind == 'ray'
+
+# %% ../nbs/00_core.ipynb #596b6bbb
+def as_engine(engine:Engine|str, # an `Engine`, or 'local' / 'ray'
+             )->Engine:
+    "`engine` as an `Engine`."
+    return engine if isinstance(engine, Engine) else Engine(engine)
+
+# %% ../nbs/00_core.ipynb #77c12fdd
+@patch
+def start(self:Engine):
+    "The `ray` module, connected once per process (to `address`, or a local Ray)."
+    import ray
+    if not ray.is_initialized():
+        ray.init(address=self.address, num_cpus=None if self.address else self.workers,
+                 include_dashboard=False, log_to_driver=False)
+    return ray
+
 # %% ../nbs/00_core.ipynb #a5fd2e73
 def tiny_image(w:int=64, h:int=48, # size in pixels
                fmt:str='JPEG', # any Pillow format name
+               *,
                mode:str='RGB', # Pillow mode to save in
                **save_kw)->bytes:
     "Encoded bytes of a deterministic `w`×`h` gradient image in `mode`, saved as `fmt`."
@@ -154,6 +189,7 @@ def _to_rgb(im:Image.Image, background=(255, 255, 255))->Image.Image:
 
 # %% ../nbs/00_core.ipynb #00b7c4bb
 def open_rgb(data:bytes, # the encoded file
+             *,
              max_pixels:int=MAX_PIXELS, # refuse (ValueError) images declaring more pixels
              background=(255, 255, 255), # RGB colour under transparent pixels
              draft:tuple|None=None, # (w, h): let JPEG decode reduced, to no less than this size

@@ -26,6 +26,7 @@ def _best_first(pixels, nbytes, rank)->np.ndarray:
 def keep_best(groups:np.ndarray, # group label per sample (the fingerprint at distance 0)
               pixels:np.ndarray, # source pixels per sample
               nbytes:np.ndarray, # source file size per sample (first tie-break)
+              *,
               rank:np.ndarray, # a total order on samples, e.g. the rank of the Lance id (last tie-break)
              )->np.ndarray:
     "Boolean mask of the samples kept: the best of each group."
@@ -59,7 +60,7 @@ def near_pairs(h:np.ndarray, # distinct int64 fingerprints
 
 # %% ../nbs/08_dedup.ipynb #01033fdc
 def dedup_keep(phash:np.ndarray, # int64 fingerprint per sample
-               pixels:np.ndarray, nbytes:np.ndarray, rank:np.ndarray, # source pixels, source bytes, a total order
+               pixels:np.ndarray, nbytes:np.ndarray, *, rank:np.ndarray, # source pixels, source bytes, a total order
                radius:int=0, # 0: equal fingerprints only (the post's choice); r > 0: also within r bits
               )->tuple:
     "(kept mask, group label per sample): one kept sample per group of equal (or, with `radius`, near) fingerprints."
@@ -72,7 +73,7 @@ def dedup_keep(phash:np.ndarray, # int64 fingerprint per sample
         p = near_pairs(uniq, radius)
         g = coo_matrix((np.ones(len(p)), (p[:, 0], p[:, 1])), shape=(len(uniq),) * 2)
         groups = connected_components(g, directed=False)[1][inv]
-    return keep_best(groups, pixels, nbytes, rank), groups
+    return keep_best(groups, pixels, nbytes, rank=rank), groups
 
 # %% ../nbs/08_dedup.ipynb #ea0446fe
 @dataclass
@@ -136,6 +137,7 @@ def tree_fingerprints(root:str|Path, # the MDS tree
 
 # %% ../nbs/08_dedup.ipynb #1cf1137a
 def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
+               *,
                radius:int=0, # 0: equal fingerprints (the post's choice); r > 0: also within r bits
                table:str|None=None, # Lance table to take missing fingerprints from (default: the samples)
                progress:bool=True)->TreeDedup:
@@ -151,12 +153,12 @@ def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
     v = t.filter(pc.is_valid(t['phash']))
     px = np.asarray(v['src_width'], np.int64) * np.asarray(v['src_height'], np.int64)
     rank = np.asarray(pc.rank(v['id'], 'ascending', tiebreaker='first'))
-    keep, groups = dedup_keep(np.asarray(v['phash'], np.int64), px, np.asarray(v['src_nbytes'].fill_null(0), np.int64), rank, radius)
+    keep, groups = dedup_keep(np.asarray(v['phash'], np.int64), px, np.asarray(v['src_nbytes'].fill_null(0), np.int64), rank=rank, radius=radius)
     res.groups = int((np.bincount(groups) > 1).sum())
     drop, lists = v.filter(pa.array(~keep)), {}
     for b, s, i in zip(drop['bucket'].to_pylist(), drop['shard'].to_pylist(), drop['index'].to_pylist()): lists.setdefault((b, s), []).append(i)
     old = {(bucket_key(b), s) for b in iter_buckets(root) for s in read_skips(b, ['dedup'])}
-    for b, s in sorted(old | set(lists)): set_skips(root / b, s, 'dedup', lists.get((b, s), []), 'prx_nb.dedup.dedup_tree')
+    for b, s in sorted(old | set(lists)): set_skips(root / b, s, 'dedup', indices=lists.get((b, s), []), made_by='prx_nb.dedup.dedup_tree')
     res.skipped = dict(sorted(Counter(drop['bucket'].to_pylist()).items()))
     return res
 
@@ -169,7 +171,7 @@ def prx_dedup(mds:str=None, # root of an MDS tree written by prx_nb (required)
     "Keep one sample per perceptual hash across the whole tree (the highest-resolution source) and skip the rest (`dedup` skip lists)."
     if not mds: raise SystemExit('prx_dedup: --mds is required')
     if not any(iter_buckets(mds)): raise SystemExit(f'prx_dedup: no MDS buckets under {mds} (expected {mds}/<tier>/<WxH>/manifest.parquet)')
-    try: r = dedup_tree(mds, radius, table, progress=not quiet)
+    try: r = dedup_tree(mds, radius=radius, table=table, progress=not quiet)
     except ValueError as e: raise SystemExit(f'prx_dedup: {e}') from None
     for b, n in r.skipped.items(): print(f'{b:>16}  {n:>7,} skipped as dedup')
     tiers = Counter()

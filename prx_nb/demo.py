@@ -66,16 +66,16 @@ def gather_photos(cache:Path|None=None)->Path:
     if (out / 'photos.json').exists(): return out
     tmp = out.with_name('photos.tmp'); shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
     rows = []
-    def add(src:Path, origin:str, kind:str, license:str):
+    def add(src:Path, origin:str, kind:str, *, license:str):
         name = f'{origin}__{src.name}'; shutil.copyfile(src, tmp / name)
         rows.append(dict(file=name, origin=origin, kind=kind, license=license))
-    for f, pkg in PACKAGE_PHOTOS.items(): add(_package_dir(pkg) / f, pkg, 'photo', f'see the {pkg} package')
+    for f, pkg in PACKAGE_PHOTOS.items(): add(_package_dir(pkg) / f, pkg, 'photo', license=f'see the {pkg} package')
     with tempfile.TemporaryDirectory() as d:
         walls = _apt_extract('lomiri-wallpapers-16.04', Path(d)) / DEBIAN['lomiri-wallpapers-16.04']
-        for f in sorted(walls.rglob('*.jpg')): add(f, 'lomiri', 'photo', 'CC-BY-4.0 / CC-BY-SA-4.0 / CC0 (see its copyright file)')
+        for f in sorted(walls.rglob('*.jpg')): add(f, 'lomiri', 'photo', license='CC-BY-4.0 / CC-BY-SA-4.0 / CC0 (see its copyright file)')
         cv = _apt_extract('opencv-doc', Path(d)) / DEBIAN['opencv-doc']
-        for f in OPENCV_PHOTOS: add(cv / f, 'opencv', 'photo', 'see the opencv-doc copyright file')
-        for f in OPENCV_TEXT: add(cv / f, 'opencv', 'text', 'see the opencv-doc copyright file')
+        for f in OPENCV_PHOTOS: add(cv / f, 'opencv', 'photo', license='see the opencv-doc copyright file')
+        for f in OPENCV_TEXT: add(cv / f, 'opencv', 'text', license='see the opencv-doc copyright file')
     (tmp / 'photos.json').write_text(json.dumps(rows, indent=1))
     shutil.rmtree(out, ignore_errors=True); tmp.rename(out)
     return out
@@ -177,7 +177,7 @@ class _Demo:
         self.truth = DemoTruth()
     def files(self, origin=None, kind='photo'):
         return [self.photos / r['file'] for r in self.manifest if r['kind'] == kind and origin in (None, r['origin'])]
-    def add(self, source:str, key:str, data:bytes|None, caption:str|None=None)->str:
+    def add(self, source:str, key:str, data:bytes|None, *, caption:str|None=None)->str:
         self.samples[source].append((key, data, baseline_caption(key) if caption is None else caption))
         return f'{source}/{key}'
 
@@ -314,6 +314,7 @@ _SCALES = (1 / 1.13, 1 / 1.6, 1 / 2.3, 1 / 3.3, 1 / 4.7)
 
 def photo_tiles(pixels:int, # area of each tile, e.g. 1_500_000 for the 1–2 MP class
                 n:int, # how many (fewer when the photos cannot give that many distinct tiles)
+                *,
                 aspect:float=4 / 3, # width / height of a tile
                 context:float|None=None, # first downscale each photo to about context × pixels, so a tile shows a large part of its scene
                 cache:Path|None=None)->list:

@@ -169,7 +169,7 @@ def _inception_ts_class():
         @staticmethod
         def can_be_compiled(): return False
         @staticmethod
-        def get_dummy_input_for_compile(): return torch.zeros(1, 3, 299, 299, dtype=torch.uint8)
+        def get_dummy_input_for_compile(): return torch.zeros((1, 3, 299, 299), dtype=torch.uint8)
         def forward(self, x):
             x = interpolate_bilinear_2d_like_tensorflow1x(x.float(), size=(299, 299), align_corners=False)
             return (self.net((x - 128) / 128).float(),)
@@ -205,7 +205,7 @@ class InceptionEmbedder:
         for idx in _by_size([a for a, _ in decoded]).values():
             for s in range(0, len(idx), self.batch_size):
                 chunk = idx[s:s + self.batch_size]
-                x = self.torch.from_numpy(np.stack([decoded[i][0] for i in chunk]).transpose(0, 3, 1, 2).copy()).to(self.device)
+                x = self.torch.from_numpy(np.stack([decoded[i][0] for i in chunk]).transpose((0, 3, 1, 2)).copy()).to(self.device)
                 with self.torch.inference_mode(): out[chunk] = self.model(x)[0].cpu().numpy()
         return Embedded(out, [r for _, r in decoded])
 

@@ -21,13 +21,13 @@ __all__ = ['SHOW', 'add_tags', 'add_image_embeddings', 'add_caption_embeddings',
 def _row_bytes(batch:pa.RecordBatch)->list:
     return [image_bytes(r)[0] for r in batch.to_pylist()]
 
-def add_tags(table:str, column:str='caption_tags', k:int=5, where:str|None="status = 'ok'", progress:bool=True):
+def add_tags(table:str, *, column:str='caption_tags', k:int=5, where:str|None="status = 'ok'", progress:bool=True):
     "Fill `column` with ImageNet tags where it is null (resumable; only that column is written)."
     tagger = ImageNetTagger(k)
-    return fill_column(table, column, lambda b: tagger(_row_bytes(b)), ['image', 'uri'], pa.string(), where=where, batch_size=64, progress=progress)
+    return fill_column(table, column, lambda b: tagger(_row_bytes(b)), read_columns=['image', 'uri'], dtype=pa.string(), where=where, batch_size=64, progress=progress)
 
 # %% ../nbs/04_explore.ipynb #76a0e338
-def add_image_embeddings(table:str, column:str='embedding', embedder=None, where:str|None="status = 'ok'", progress:bool=True):
+def add_image_embeddings(table:str, *, column:str='embedding', embedder=None, where:str|None="status = 'ok'", progress:bool=True):
     "Fill `column` with image embeddings where it is null (rows that have one keep it); resumable per fragment."
     if embedder is None:
         from prx_nb.embed import EfficientNetEmbedder
@@ -40,13 +40,13 @@ def add_image_embeddings(table:str, column:str='embedding', embedder=None, where
     dim = ds.schema.field(column).type.list_size if column in ds.schema.names else embedder.dim
     if dim != embedder.dim:
         raise ValueError(f'{table}: column {column} holds {dim}-d vectors and {embedder.name} makes {embedder.dim}-d ones; give another column name')
-    return fill_column(table, column, fn, ['image', 'uri'], pa.list_(pa.float32(), dim), where=where, batch_size=64, progress=progress)
+    return fill_column(table, column, fn, read_columns=['image', 'uri'], dtype=pa.list_(pa.float32(), dim), where=where, batch_size=64, progress=progress)
 
-def add_caption_embeddings(table:str, caption:str='caption_source', column:str|None=None, progress:bool=True):
+def add_caption_embeddings(table:str, *, caption:str='caption_source', column:str|None=None, progress:bool=True):
     "Fill `column` (default `<caption>_minilm`) with MiniLM embeddings of `caption` where the caption is set; resumable."
     st = MiniLM()
     fn = lambda b: pa.array(list(st(b.column(caption).to_pylist())), pa.list_(pa.float32(), st.dim))
-    return fill_column(table, column or f'{caption}_minilm', fn, [caption], pa.list_(pa.float32(), st.dim), where=f'{caption} IS NOT NULL', progress=progress)
+    return fill_column(table, column or f'{caption}_minilm', fn, read_columns=[caption], dtype=pa.list_(pa.float32(), st.dim), where=f'{caption} IS NOT NULL', progress=progress)
 
 # %% ../nbs/04_explore.ipynb #ef49983d
 def text_columns(ds)->list:
@@ -71,6 +71,7 @@ def index_status(table:str)->pd.DataFrame:
     return pd.DataFrame(rows, columns=['index', 'column', 'type', 'indexed_rows', 'unindexed_rows'])
 
 def index_table(table:str, # the Lance table
+                *,
                 text:list|None=None, # caption columns to index (default: all of them)
                 vectors:list|None=None, # vector columns to index (default: all with at least min_ann_rows vectors)
                 min_ann_rows:int=20_000, # below this, vector search stays exact (no index)
@@ -137,6 +138,7 @@ def _vector_of(ds, id:str, column:str)->np.ndarray:
     return np.asarray(v, 'float32')
 
 def search(table:str, # the Lance table
+           *,
            text:str|None=None, # full-text query over `caption`
            like:str|None=None, # an id: its nearest visual neighbours
            vector=None, # any vector: its nearest neighbours in `vector_column`
@@ -175,7 +177,7 @@ def search(table:str, # the Lance table
 # %% ../nbs/04_explore.ipynb #94954309
 class Thumbnails:
     "Thumbnails made on demand, one row at a time (reduced JPEG decode), kept in memory (LRU) and optionally on disk; never a bulk decode."
-    def __init__(self, table:str, size:int=160, cache_dir:str|Path|None=None, max_items:int=4096):
+    def __init__(self, table:str, *, size:int=160, cache_dir:str|Path|None=None, max_items:int=4096):
         self.table, self.size, self.max_items = table, size, max_items
         self.dir = Path(cache_dir) if cache_dir else None
         self.mem, self.made, self.reasons = {}, 0, {}
@@ -212,7 +214,7 @@ class Thumbnails:
 @functools.lru_cache(maxsize=16)
 def thumbs(table:str, size:int=160)->Thumbnails:
     "The shared in-memory thumbnail cache of a table at one size."
-    return Thumbnails(table, size)
+    return Thumbnails(table, size=size)
 
 # %% ../nbs/04_explore.ipynb #20e0cc38
 def tier_sql(tier:int, max_upscale:float=4 / 3, ar_range=AR_RANGE)->str:
@@ -222,7 +224,7 @@ def tier_sql(tier:int, max_upscale:float=4 / 3, ar_range=AR_RANGE)->str:
 
 class Browser:
     "Search captions as you type, browse thumbnails, see visual neighbours, filter and page: an ipywidgets UI over a Lance table."
-    def __init__(self, table:str, caption:str|None=None, page_size:int=12, columns:int=4, thumb:int=128,
+    def __init__(self, table:str, *, caption:str|None=None, page_size:int=12, columns:int=4, thumb:int=128,
                  neighbours:int=8, debounce:float=0.3):
         import ipywidgets as W, lance
         self.W, self.table, self.page_size, self.thumb, self.k_neighbours, self.debounce = W, table, page_size, thumb, neighbours, debounce

@@ -12,7 +12,7 @@ from typing import Iterator
 import pyarrow as pa, pyarrow.compute as pc, pyarrow.csv as pcsv, pyarrow.parquet as pq
 from fastcore.script import Param
 from tqdm.auto import tqdm
-from .core import probe_image, MAX_PIXELS, call_parse
+from .core import probe_image, MAX_PIXELS, call_parse, Engine, as_engine
 from .table import open_table, read_path, write_back, check_fragments
 
 # %% auto #0
@@ -33,6 +33,7 @@ META_COLUMNS = [f.name for f in SCHEMA if f.name != 'image']
 def make_row(source:str, # source name
              key:str, # the source's own key for the sample
              data:bytes|None, # encoded image (None if it could not be read)
+             *,
              caption:str|None=None, # the caption the source shipped
              uri:str|None=None, # where the bytes live, for metadata-only sources (then the bytes are not stored)
              error:str|None=None, # why `data` could not be read
@@ -171,8 +172,9 @@ def _read_meta(t:Task)->Iterator:
 _READERS = dict(folder=_read_folder, parquet=_read_parquet, wds=_read_wds, meta=_read_meta)
 
 def read_task(t:Task, # the task to read
-              skip:set|frozenset=frozenset(), # ids not to read (checked lazily: the caller may add to it while iterating)
-              max_pixels:int=MAX_PIXELS,
+              skip:set|frozenset=frozenset(), # ids not to read (checked lazily: the caller may add to it)
+              *,
+              max_pixels:int=MAX_PIXELS, # decompression-bomb guard
               skipped:list|None=None, # receives the ids that were skipped
              )->Iterator:
     "Rows (dicts) of one task; samples whose id is in `skip` are neither read nor probed."
@@ -182,7 +184,7 @@ def read_task(t:Task, # the task to read
             if skipped is not None: skipped.append(i)
             continue
         data, err = fetch()
-        yield make_row(t.source.name, key, data, cap, uri, err, max_pixels)
+        yield make_row(t.source.name, key, data, caption=cap, uri=uri, error=err, max_pixels=max_pixels)
 
 # %% ../nbs/01_ingest.ipynb #fd8a385c
 def _conform(rows:list, schema:pa.Schema)->pa.RecordBatch:
@@ -200,27 +202,28 @@ def _batches(rows:Iterator, schema:pa.Schema, batch_rows:int=256, batch_bytes:in
 # %% ../nbs/01_ingest.ipynb #7ca81f3d
 def existing_ids(table:str|Path)->set:
     "The ids already in the Lance table at `table` (empty if it does not exist)."
-    ds = open_table(table)
+    ds = open_table(table, missing_ok=True)
     return set() if ds is None else set(ds.to_table(columns=['id']).column('id').to_pylist())
 
 # %% ../nbs/01_ingest.ipynb #97fdb058
 @dataclass
 class IngestSummary:
-    "What an ingest run did: rows added per (source, status), rows already present, duplicate keys, and the table's state."
-    table: str
-    added: Counter = field(default_factory=Counter)
-    already_present: int = 0
-    duplicate_keys: int = 0
-    version: int = 0
-    fragments: int = 0
+    "What an ingest run did, and the table's state after it."
+    table: str # the Lance table
+    added: Counter = field(default_factory=Counter) # rows added per (source, status)
+    already_present: int|None = 0 # rows not read again (None on the Ray path, which does not count them)
+    duplicate_keys: int = 0 # rows whose id a source repeated
+    version: int = 0 # the table's version after the run
+    fragments: int = 0 # the table's fragments after the run
+    embeddings: EmbeddingsJoin|None = None # what joining the embeddings side table did, when one was given
     @property
     def n_added(self): return sum(self.added.values())
 
 # %% ../nbs/01_ingest.ipynb #0f8e5574
-def _commit(table:str, batches:Iterator, schema:pa.Schema, rows_per_fragment:int)->None:
+def _commit(table:str, batches:Iterator, *, schema:pa.Schema, rows_per_fragment:int)->None:
     "Write `batches` to `table` in one Lance commit (creating the table if needed)."
     import lance
-    mode = 'create' if open_table(table) is None else 'append'
+    mode = 'create' if open_table(table, missing_ok=True) is None else 'append'
     lance.write_dataset(pa.RecordBatchReader.from_batches(schema, batches), str(table), schema=schema, mode=mode,
                         max_rows_per_file=rows_per_fragment)
 
@@ -230,18 +233,19 @@ def _take(it:Iterator, n:int)->Iterator:
     for _, x in zip(range(n), it): yield x
 
 # %% ../nbs/01_ingest.ipynb #abf9225a
-def _local(tasks:list, table:str, skip:set, schema:pa.Schema, summary:IngestSummary, skipped:list,
+def _local(tasks:list, table:str, *, skip:set, skipped:list, schema:pa.Schema, summary:IngestSummary,
            rows_per_fragment:int, commit_rows:int, max_pixels:int, progress:bool):
     "Single-process ingest: read every task in order, committing every `commit_rows` rows."
     def rows():
         for t in tqdm(tasks, desc='ingest', unit='task', disable=not progress):
-            for r in read_task(t, skip, max_pixels, skipped):
-                skip.add(r['id']); summary.added[(r['source'], r['status'])] += 1
+            for r in read_task(t, skip, max_pixels=max_pixels, skipped=skipped):
+                skip.add(r['id'])
+                summary.added[(r['source'], r['status'])] += 1
                 yield r
     it = iter(rows())
     while (first := next(it, None)) is not None:
         chunk = (r for part in ([first], _take(it, commit_rows - 1)) for r in part)
-        _commit(table, _batches(chunk, schema), schema, rows_per_fragment)
+        _commit(table, _batches(chunk, schema), schema=schema, rows_per_fragment=rows_per_fragment)
 
 # %% ../nbs/01_ingest.ipynb #652797f2
 def _task_dict(t:Task)->dict: return dict(kind=t.source.kind, path=t.source.path, name=t.source.name, file=t.path, part=json.dumps(list(t.part)))
@@ -252,19 +256,18 @@ def _ray_read(batch:pa.Table, schema:pa.Schema, skip, max_pixels:int)->Iterator:
     skip = ray.get(skip) if isinstance(skip, ray.ObjectRef) else skip
     for d in batch.to_pylist():
         t = Task(Source(d['kind'], d['path'], d['name']), d['file'], tuple(json.loads(d['part'])))
-        for b in _batches(read_task(t, skip, max_pixels), schema): yield pa.Table.from_batches([b])
+        for b in _batches(read_task(t, skip, max_pixels=max_pixels), schema): yield pa.Table.from_batches([b])
 
 # %% ../nbs/01_ingest.ipynb #b59a83f1
-def _ray(tasks:list, table:str, skip:set, schema:pa.Schema, summary:IngestSummary, rows_per_fragment:int, max_pixels:int,
-         address:str|None, workers:int|None, rows_per_write:int):
+def _ray(tasks:list, table:str, *, skip:set, schema:pa.Schema, summary:IngestSummary, rows_per_fragment:int,
+         max_pixels:int, engine:Engine, rows_per_write:int):
     "Ray Data ingest: tasks read in parallel, Lance fragments written by the workers, one commit."
-    import ray, lance_ray
-    if not ray.is_initialized():
-        ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False, log_to_driver=False)
+    import lance_ray
+    ray = engine.start()
     ds = ray.data.from_items([_task_dict(t) for t in tasks], override_num_blocks=len(tasks))
     ds = ds.map_batches(_ray_read, batch_size=1, batch_format='pyarrow',
                         fn_kwargs=dict(schema=schema, skip=ray.put(frozenset(skip)), max_pixels=max_pixels))
-    mode = 'create' if open_table(table) is None else 'append'
+    mode = 'create' if open_table(table, missing_ok=True) is None else 'append'
     lance_ray.write_lance(ds, table, schema=schema, mode=mode, max_rows_per_file=rows_per_fragment,
                           min_rows_per_file=min(rows_per_write, rows_per_fragment))
     tbl = open_table(table).to_table(columns=['id', 'source', 'status'])
@@ -278,32 +281,38 @@ def _ray(tasks:list, table:str, skip:set, schema:pa.Schema, summary:IngestSummar
 # %% ../nbs/01_ingest.ipynb #45f56ad5
 def ingest(table:str|Path, # path or URI of the Lance table (created if missing)
            sources:list, # source specs (`[NAME=]KIND:PATH`) or `Source`s
+           *,
            embeddings:str|None=None, # Parquet side table with `id` and `embedding` to join
            rows_per_fragment:int=1 << 20, # most rows per Lance fragment
            commit_rows:int=100_000, # rows per commit (single-process path)
            max_pixels:int=MAX_PIXELS, # decompression-bomb guard
-           engine:str='local', # 'local' (single process) or 'ray' (Ray Data)
-           ray_address:str|None=None, # Ray cluster address (default: start a local Ray)
-           workers:int|None=None, # CPUs for a local Ray
-           ray_rows_per_write:int=4096, # Ray path: rows a worker gathers before writing a fragment (bounds memory and fragment count)
-           progress:bool=True)->IngestSummary:
-    "Ingest `sources` into the Lance table at `table`; samples whose id is already there are not read again."
-    if engine not in ('local', 'ray'): raise ValueError(f"engine must be 'local' or 'ray', not {engine!r}")
+           engine:Engine|str='local', # where it runs: 'local', 'ray' or an `Engine`
+           ray_rows_per_write:int=4096, # Ray: rows a worker gathers before writing a fragment
+           progress:bool=True, # show a progress bar
+          )->IngestSummary:
+    "Ingest `sources` into the Lance table at `table`, reading only new ids."
+    engine = as_engine(engine)
     if commit_rows < 1 or rows_per_fragment < 1: raise ValueError('commit_rows and rows_per_fragment must be positive')
     srcs = [s if isinstance(s, Source) else parse_source(s) for s in sources]
     names = Counter(s.name for s in srcs)
-    if max(names.values(), default=0) > 1: raise ValueError(f'two sources share a name ({names.most_common(1)[0][0]!r}): name them with NAME=KIND:PATH')
-    table, ds = str(table), open_table(table)
+    if max(names.values(), default=0) > 1:
+        raise ValueError(f'two sources share a name ({names.most_common(1)[0][0]!r}): name them with NAME=KIND:PATH')
+    table, ds = str(table), open_table(table, missing_ok=True)
     schema = ds.schema if ds is not None else SCHEMA
-    existing = existing_ids(table); skip, skipped = set(existing), []
+    existing = existing_ids(table)
+    skip, skipped = set(existing), []
     summary, tasks = IngestSummary(table), [t for s in srcs for t in source_tasks(s)]
-    if engine == 'ray': _ray(tasks, table, skip, schema, summary, rows_per_fragment, max_pixels, ray_address, workers, ray_rows_per_write)
+    kw = dict(skip=skip, schema=schema, summary=summary, rows_per_fragment=rows_per_fragment, max_pixels=max_pixels)
+    if engine.is_ray: _ray(tasks, table, engine=engine, rows_per_write=ray_rows_per_write, **kw)
     else:
-        _local(tasks, table, skip, schema, summary, skipped, rows_per_fragment, commit_rows, max_pixels, progress)
-        summary.already_present = sum(i in existing for i in skipped); summary.duplicate_keys = len(skipped) - summary.already_present
+        _local(tasks, table, skipped=skipped, commit_rows=commit_rows, progress=progress, **kw)
+        summary.already_present = sum(i in existing for i in skipped)
+        summary.duplicate_keys = len(skipped) - summary.already_present
     if embeddings: summary.embeddings = attach_embeddings(table, embeddings)
-    ds = open_table(table)
-    if ds is not None: summary.version, summary.fragments = ds.version, len(ds.get_fragments()); check_fragments(ds, rows_per_fragment)
+    ds = open_table(table, missing_ok=True)
+    if ds is not None:
+        summary.version, summary.fragments = ds.version, len(ds.get_fragments())
+        check_fragments(ds, rows_per_fragment)
     return summary
 
 # %% ../nbs/01_ingest.ipynb #8bdb91ce
@@ -341,7 +350,7 @@ def attach_embeddings(table:str, # the Lance table
         rid = ds.to_table(columns=['id'], with_row_id=True); pos = dict(zip(rid['id'].to_pylist(), rid['_rowid'].to_pylist()))
         write_back(table, pa.table({'_rowid': pa.array([pos[i] for i in todo['id'].to_pylist()], pa.uint64()), column: todo[column]}))
     n_known = pc.sum(known).as_py() or 0
-    return EmbeddingsJoin(len(todo), n_known - len(todo), len(vec) - n_known, vec[column].type.list_size)
+    return EmbeddingsJoin(written=len(todo), already_present=n_known - len(todo), unmatched=len(vec) - n_known, dim=vec[column].type.list_size)
 
 # %% ../nbs/01_ingest.ipynb #adc31f33
 def print_summary(s:IngestSummary):
@@ -365,9 +374,14 @@ def prx_ingest(sources:_SOURCES,
                max_pixels:int=MAX_PIXELS, # refuse images declaring more pixels (decompression-bomb guard)
                ray:bool=False, # run on Ray Data (a local Ray unless --ray-address)
                ray_address:str=None, # address of a Ray cluster
-               quiet:bool=False): # no progress bar
-    "Ingest image sources into one Lance table (header facts and a status per image; bytes stored as they came)."
+               workers:int=None, # CPUs of a local Ray (default: all)
+               quiet:bool=False, # no progress bar
+              ):
+    "Ingest image sources into one Lance table (header facts and a status per image)."
     if not table: raise SystemExit('prx_ingest: --table is required')
-    try: s = ingest(table, sources, embeddings, rows_per_fragment, commit_rows, max_pixels, 'ray' if ray else 'local', ray_address, progress=not quiet)
+    try:
+        engine = Engine('ray', ray_address, workers) if ray else Engine()
+        s = ingest(table, sources, embeddings=embeddings, rows_per_fragment=rows_per_fragment, commit_rows=commit_rows,
+                   max_pixels=max_pixels, engine=engine, progress=not quiet)
     except ValueError as e: raise SystemExit(f'prx_ingest: {e}') from None
     print_summary(s)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import lance, pyarrow as pa, pyarrow.parquet as pq
 from tqdm.auto import tqdm
-from .core import call_parse
+from .core import call_parse, Engine, as_engine
 from .table import sql_in, image_bytes
 from .bucket import Bucketer
 
@@ -72,12 +72,15 @@ def _ids_digest(ids)->str:
     return hashlib.sha1('\n'.join(ids).encode()).hexdigest()[:16]
 
 # %% ../nbs/07_mds.ipynb #b7629a62
-def _seal_part(tmp:Path, part:Path, man:pa.Table, rej:pa.Table, info:dict)->dict:
-    "Finish the MDS dataset written in `tmp`: its manifest, rejections and `part.json` (last), then rename it to `part`."
-    pq.write_table(man, tmp / 'manifest.parquet'); pq.write_table(rej, tmp / 'rejected.parquet')
-    info = info | dict(written=man.num_rows, rejected=dict(Counter(rej['status'].to_pylist())), writer=f'{socket.gethostname()}:{os.getpid()}')
+def _seal_part(tmp:Path, part:Path, *, man:pa.Table, rej:pa.Table, info:dict)->dict:
+    "Finish the part written in `tmp` (manifest, rejections, `part.json` last) and rename it to `part`."
+    pq.write_table(man, tmp / 'manifest.parquet')
+    pq.write_table(rej, tmp / 'rejected.parquet')
+    info = info | dict(written=man.num_rows, rejected=dict(Counter(rej['status'].to_pylist())),
+                       writer=f'{socket.gethostname()}:{os.getpid()}')
     (tmp / 'part.json').write_text(json.dumps(info))
-    shutil.rmtree(part, ignore_errors=True); tmp.rename(part)
+    shutil.rmtree(part, ignore_errors=True)
+    tmp.rename(part)
     return info
 
 def _done_part(part:Path, digest:str)->dict|None:
@@ -90,29 +93,38 @@ def _done_part(part:Path, digest:str)->dict|None:
 def write_part(ds, # the Lance dataset (at the version being written)
                key:str, # 'tier/WxH': every row must bucket there
                ids:list, # the rows of this part, in order
+               *,
                part:Path, # the part's folder (complete or absent)
-               bucketer:Bucketer, caption_column:str,
+               bucketer:Bucketer, # tiers, buckets and encoding
+               caption_column:str, # the caption written into the samples
                shard_bytes:int=128 << 20, # MDS shard size limit
               )->dict:
-    "Bucket and encode the rows `ids` into one MDS dataset at `part`, with its manifest and rejected rows; a finished part is reused."
+    "Bucket and encode rows `ids` into one MDS dataset at `part`; a finished part is reused."
     from streaming import MDSWriter
     schema, man, rej = _manifest_schema(ds), [], []
     how = f'{caption_column}|{",".join(schema.names)}|q{bucketer.quality}|planar={bucketer.planar}|oversample={bucketer.oversample}'
     digest = _ids_digest([how, *ids])  # a finished part is reused only for the same rows, written the same way
     if (info := _done_part(part, digest)) is not None: return info
-    tmp = part.with_name(part.name + '.partial'); shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
+    tmp = part.with_name(part.name + '.partial')
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
     with MDSWriter(out=str(tmp), columns=MDS_COLUMNS, size_limit=shard_bytes) as w:
         for r in _rows(ds, ids, ['id', 'image', 'uri', 'nbytes', caption_column] + schema.names[5:]):
             data, err = image_bytes(r)
             b = bucketer(data) if data is not None else None
-            why = ('unreadable', err) if data is None else (b.status, b.reason) if not b.ok else ('no_caption', f'{caption_column} is empty') \
-                if not r[caption_column] else None
-            if why: rej.append(dict(id=r['id'], status=why[0], reason=why[1])); continue
+            if data is None: why = ('unreadable', err)
+            elif not b.ok: why = (b.status, b.reason)
+            elif not r[caption_column]: why = ('no_caption', f'{caption_column} is empty')
+            else: why = None
+            if why:
+                rej.append(dict(id=r['id'], status=why[0], reason=why[1]))
+                continue
             if f'{b.tier}/{b.bucket}' != key: raise RuntimeError(f'{r["id"]}: planned for {key}, bucketed as {b.tier}/{b.bucket}')
             w.write(dict(jpg=b.jpeg, caption=r[caption_column], width=b.width, height=b.height, id=r['id']))
-            man.append(dict(id=r['id'], lance_version=ds.version, src_width=b.src_width, src_height=b.src_height, src_nbytes=r['nbytes'],
-                            **{c: r[c] for c in schema.names[5:]}))
-    return _seal_part(tmp, part, pa.Table.from_pylist(man, schema), pa.Table.from_pylist(rej, _REJECTED), dict(ids_digest=digest))
+            man.append(dict(id=r['id'], lance_version=ds.version, src_width=b.src_width, src_height=b.src_height,
+                            src_nbytes=r['nbytes'], **{c: r[c] for c in schema.names[5:]}))
+    return _seal_part(tmp, part, man=pa.Table.from_pylist(man, schema), rej=pa.Table.from_pylist(rej, _REJECTED),
+                      info=dict(ids_digest=digest))
 
 # %% ../nbs/07_mds.ipynb #58646e4f
 def _link(src:Path, dst:Path):
@@ -140,7 +152,7 @@ def merge_parts(parts:list, # finished part folders, in sample order
     (tmp / 'index.json').write_text(json.dumps(dict(version=2, shards=shards), sort_keys=True))
     man, rej = pa.concat_tables(mans), pa.concat_tables(rejs)
     pq.write_table(man, tmp / 'manifest.parquet'); pq.write_table(rej, tmp / 'rejected.parquet')
-    res = BucketWrite(meta['bucket'], man.num_rows, Counter(rej['status'].to_pylist()), len(shards))
+    res = BucketWrite(meta['bucket'], written=man.num_rows, rejected=Counter(rej['status'].to_pylist()), shards=len(shards))
     writers = sorted({json.loads((p / 'part.json').read_text()).get('writer', '') for p in parts})
     meta = meta | dict(samples=res.written, rejected=dict(res.rejected), shards=res.shards, parts=len(parts), writers=writers, written_at=time.strftime('%Y-%m-%dT%H:%M:%S'))
     (tmp / 'bucket.json').write_text(json.dumps(meta, indent=1))  # last: marks it complete
@@ -152,31 +164,35 @@ def _complete(final:Path)->BucketWrite|None:
     "What a finished bucket folder holds, or None when it is not finished."
     if not (final / 'bucket.json').exists(): return None
     m = json.loads((final / 'bucket.json').read_text())
-    return BucketWrite(m['bucket'], m['samples'], Counter(m.get('rejected', {})), m['shards'], True)
+    return BucketWrite(m['bucket'], written=m['samples'], rejected=Counter(m.get('rejected', {})), shards=m['shards'],
+                       skipped_complete=True)
 
 def _chunks(ids:list, n:int)->list: return [ids[i:i + n] for i in range(0, len(ids), n)] or [[]]
 
-def _bucket_meta(ds, key, bucketer, caption_column, shard_bytes)->dict:
-    return dict(made_by='prx_nb.mds.write_bucket', bucket=key, table=ds.uri, lance_version=ds.version, caption_column=caption_column,
-                shard_bytes=shard_bytes, quality=bucketer.quality)
+def _bucket_meta(ds, key:str, *, bucketer:Bucketer, caption_column:str, shard_bytes:int)->dict:
+    return dict(made_by='prx_nb.mds.write_bucket', bucket=key, table=ds.uri, lance_version=ds.version,
+                caption_column=caption_column, shard_bytes=shard_bytes, quality=bucketer.quality)
 
 def _parts_dir(out:Path, key:str)->Path: return out / (key + '.parts')
 
 def write_bucket(ds, # the Lance dataset (at the version being written)
                  key:str, # 'tier/WxH'
                  ids:list, # the rows planned for this bucket
+                 *,
                  out:Path, # root of the MDS tree
-                 bucketer:Bucketer, caption_column:str,
+                 bucketer:Bucketer, # tiers, buckets and encoding
+                 caption_column:str, # the caption written into the samples
                  shard_bytes:int=128 << 20, # MDS shard size limit
                  part_rows:int=10_000, # rows per part: the unit of resume and of parallel work
                 )->BucketWrite:
-    "Write one bucket into `out`/`key`: parts of `part_rows` rows (finished ones reused), merged into one MDS dataset."
+    "Write one bucket into `out`/`key`: parts (finished ones reused) merged into one MDS dataset."
     final = out / key
     if (done := _complete(final)) is not None: return done
     pdir = _parts_dir(out, key)
+    how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)
     parts = [pdir / f'part.{n:05d}' for n in range(len(_chunks(ids, part_rows)))]
-    for p, c in zip(parts, _chunks(ids, part_rows)): write_part(ds, key, c, p, bucketer, caption_column, shard_bytes)
-    res = merge_parts(parts, final, _bucket_meta(ds, key, bucketer, caption_column, shard_bytes))
+    for p, c in zip(parts, _chunks(ids, part_rows)): write_part(ds, key, c, part=p, **how)
+    res = merge_parts(parts, final, _bucket_meta(ds, key, **how))
     shutil.rmtree(pdir, ignore_errors=True)
     return res
 
@@ -200,35 +216,34 @@ class MDSWrite:
     def written(self)->int: return sum(b.written for b in self.buckets.values())
 
 # %% ../nbs/07_mds.ipynb #a2f04c3b
-def _ray_part(row:dict, table:str, version:int, out:str, bucketer:Bucketer, caption_column:str, shard_bytes:int)->dict:
+def _ray_part(row:dict, *, table:str, version:int, out:str, how:dict)->dict:
     "Ray Data UDF: write one part (`row`: key, path, ids) from the table at `version`."
-    info = write_part(lance.dataset(table, version=version), row['key'], [str(i) for i in row['ids']], Path(out) / row['path'],
-                      bucketer, caption_column, shard_bytes)
+    ds = lance.dataset(table, version=version)
+    info = write_part(ds, row['key'], [str(i) for i in row['ids']], part=Path(out) / row['path'], **how)
     return dict(key=row['key'], path=row['path'], written=info['written'])
 
-def _ray_parts(ds, plan:dict, out:Path, bucketer, caption_column, shard_bytes, part_rows, address, workers):
+def _ray_parts(ds, plan:dict, out:Path, *, how:dict, part_rows:int, engine:Engine):
     "Write every unfinished part of `plan` on Ray Data workers, several buckets and parts at once."
-    import ray
     items = [dict(key=k, path=str((_parts_dir(out, k) / f'part.{n:05d}').relative_to(out)), ids=c)
              for k, ids in plan.items() if _complete(out / k) is None for n, c in enumerate(_chunks(ids, part_rows))]
     if not items: return
-    if not ray.is_initialized(): ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False, log_to_driver=False)
-    ray.data.from_items(items, override_num_blocks=len(items)).map(_ray_part, fn_kwargs=dict(
-        table=ds.uri, version=ds.version, out=str(out), bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)).materialize()
+    ray = engine.start()
+    kw = dict(table=ds.uri, version=ds.version, out=str(out), how=how)
+    ray.data.from_items(items, override_num_blocks=len(items)).map(_ray_part, fn_kwargs=kw).materialize()
 
 def write_mds(table:str, # the Lance table
               out:str|Path, # root of the MDS tree (on a cluster: a path every worker sees)
+              *,
               caption_column:str='caption_source', # which caption goes into the samples
               where:str|None=None, # extra SQL filter (e.g. "source != 'web_crawl'")
               bucketer:Bucketer|None=None, # tiers, buckets and encoding (default: the post's)
               shard_bytes:int=128 << 20, # shard size limit (the post used ~128 MB; MDS's default is 64 MB)
               part_rows:int=10_000, # rows per part: the unit of resume and of parallel work
-              engine:str='local', # 'local' (single process) or 'ray' (parts written by Ray Data workers, merged here)
-              ray_address:str|None=None, # Ray cluster address (default: start a local Ray)
-              workers:int|None=None, # CPUs for a local Ray
-              progress:bool=True)->MDSWrite:
-    "Write the usable rows of `table` as an MDS tree in `out`, one dataset per bucket; finished parts and buckets are not rewritten."
-    if engine not in ('local', 'ray'): raise ValueError(f"engine must be 'local' or 'ray', not {engine!r}")
+              engine:Engine|str='local', # 'local', 'ray' (parts written by Ray Data workers) or an `Engine`
+              progress:bool=True, # show a progress bar
+             )->MDSWrite:
+    "Write the usable rows of `table` as an MDS tree in `out`; finished parts and buckets are kept."
+    engine = as_engine(engine)
     if part_rows < 1: raise ValueError(f'part_rows must be positive, got {part_rows}')
     ds, bucketer, out = lance.dataset(str(table)), bucketer or Bucketer(), Path(out)
     if caption_column not in ds.schema.names:
@@ -238,11 +253,12 @@ def write_mds(table:str, # the Lance table
     plan = {k: [i for i in ids if i not in excl] for k, ids in plan_buckets(table, bucketer, where).items()}
     plan = {k: v for k, v in plan.items() if v}
     n_ok = ds.count_rows("status = 'ok'" + (f' AND ({where})' if where else ''))
-    if engine == 'ray': _ray_parts(ds, plan, out, bucketer, caption_column, shard_bytes, part_rows, ray_address, workers)
-    res = {k: write_bucket(ds, k, ids, out, bucketer, caption_column, shard_bytes, part_rows)
+    how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)
+    if engine.is_ray: _ray_parts(ds, plan, out, how=how, part_rows=part_rows, engine=engine)
+    res = {k: write_bucket(ds, k, ids, out=out, part_rows=part_rows, **how)
            for k, ids in tqdm(plan.items(), desc='buckets', unit='bucket', disable=not progress)}
     opted = len(excl & set(ds.to_table(columns=['id'])['id'].to_pylist())) if excl else 0
-    return MDSWrite(out, ds.version, res, n_ok - opted - sum(map(len, plan.values())))
+    return MDSWrite(out, lance_version=ds.version, buckets=res, unbucketed=n_ok - opted - sum(map(len, plan.values())))
 
 # %% ../nbs/07_mds.ipynb #787193cc
 def iter_bucket(bucket:str|Path):
@@ -309,7 +325,7 @@ def copy_bucket(src:Path, # a bucket folder
             w.write({k: s[k] for k in MDS_COLUMNS})
             keep.append(i)
     kept = man.take(pa.array(keep, pa.int64())).drop_columns(['shard', 'index'])
-    _seal_part(tmp, part, kept, _REJECTED.empty_table(), dict(ids_digest=_ids_digest(kept['id'].to_pylist())))
+    _seal_part(tmp, part, man=kept, rej=_REJECTED.empty_table(), info=dict(ids_digest=_ids_digest(kept['id'].to_pylist())))
     meta = json.loads((src / 'bucket.json').read_text())
     meta |= dict(made_by=made_by, copied_from=str(src), dropped=man.num_rows - kept.num_rows)
     res = merge_parts([part], dst, meta)
@@ -327,11 +343,14 @@ def prx_write_mds(table:str=None, # Lance table path or URI (required)
                   ray:bool=False, # write parts on Ray Data workers (a local Ray unless --ray-address)
                   ray_address:str=None, # address of a Ray cluster
                   workers:int=None, # CPUs for a local Ray (default: all)
-                  quiet:bool=False): # no progress bar
-    "Write a Lance table as an MDS tree: OUT/<tier>/<W>x<H>/ shards + index.json + manifest, one dataset per bucket."
+                  quiet:bool=False, # no progress bar
+                 ):
+    "Write a Lance table as an MDS tree: OUT/<tier>/<W>x<H>/ shards, index.json and manifest per bucket."
     if not (table and out): raise SystemExit('prx_write_mds: --table and --out are required')
-    try: w = write_mds(table, out, caption_column, where, shard_bytes=shard_mb << 20, part_rows=part_rows, engine='ray' if ray else 'local',
-                       ray_address=ray_address, workers=workers, progress=not quiet)
+    try:
+        engine = Engine('ray', ray_address, workers) if ray else Engine()
+        w = write_mds(table, out, caption_column=caption_column, where=where, shard_bytes=shard_mb << 20,
+                      part_rows=part_rows, engine=engine, progress=not quiet)
     except ValueError as e: raise SystemExit(f'prx_write_mds: {e}') from None
     for k, b in w.buckets.items():
         print(f"{k:>16}  {b.written:>7,} samples  {b.shards} shards" + ('  (already complete)' if b.skipped_complete else '')

@@ -85,6 +85,7 @@ def _kernel_sum(x:np.ndarray, y:np.ndarray, sigma:float, block:int=2048, diag:bo
 
 def mmd(x, # (m, d) embeddings of one set
         y, # (n, d) embeddings of the other
+        *,
         sigma:float=10.0, # RBF bandwidth (CMMD's)
         scale:float=1000.0, # CMMD reports MMD² × 1000
        )->float:
@@ -112,6 +113,7 @@ def _save_cache(path:Path, keys:list, vecs:np.ndarray):
 
 def embed_folder(folder, # images under it, at any depth (png, jpg, jpeg, webp)
                  embedder, # any embedder: list of encoded images -> Embedded
+                 *,
                  cache_dir=None, # where vectors are kept per embedder and folder; None: no cache
                  batch_size:int=64, # images read and embedded per step
                  save_every:int=1024, # images between cache saves, so a killed run keeps its work
@@ -124,7 +126,7 @@ def embed_folder(folder, # images under it, at any depth (png, jpg, jpeg, webp)
     cache = _cache_file(cache_dir, embedder, folder) if cache_dir else None
     known = {}
     if cache and cache.exists():
-        with np.load(cache) as z: known = {(n, int(s), int(t)): v for n, s, t, v in zip(z['names'], z['sizes'], z['mtimes'], z['vectors'])}
+        with np.load(cache) as z: known = {(n, int(s), int(t)): v for n, s, t, v in zip(*(z[k] for k in ('names', 'sizes', 'mtimes', 'vectors')))}
     vecs = [known.get(k) for k in keys]
     todo = [i for i, v in enumerate(vecs) if v is None]
     since = 0
@@ -158,6 +160,7 @@ def frechet_distance(x:np.ndarray, # (m, d) features of one set
     return float(((mu1 - mu2) ** 2).sum() + (a * a).sum() + (b * b).sum() - 2 * root_trace)
 
 def fid_folders(a, b, # two folders of images of one size each (torch-fidelity batches them)
+                *,
                 weights:str|None=None, # torch-fidelity's pt_inception file; None: the offline TorchScript network
                 device:str='cpu', batch_size:int=32)->float:
     "FID between two image folders computed by torch-fidelity, with the offline Inception registered as its extractor."
@@ -178,6 +181,7 @@ def _step_of(p:Path)->int:
 
 def checkpoint_metrics(runs, # folder of runs: <runs>/<run>/<step>/*.png
                        reference, # folder of reference images
+                       *,
                        fid:bool=True, # FID with the offline Inception (or `inception_weights`)
                        clip:str|None=None, # local CLIP checkpoint: CMMD
                        dino:str|None=None, # local DINOv2 checkpoint: DINO-MMD
@@ -195,9 +199,9 @@ def checkpoint_metrics(runs, # folder of runs: <runs>/<run>/<step>/*.png
     if not ckpts: raise FileNotFoundError(f'no checkpoints under {runs}: expected <runs>/<run>/<step>/*.png')
     rows = []
     for metric, (emb, score) in scorers.items():
-        ref = embed_folder(reference, emb, cache_dir, progress=progress)[1]
+        ref = embed_folder(reference, emb, cache_dir=cache_dir, progress=progress)[1]
         for run, step, folder in tqdm(ckpts, desc=metric, disable=not progress):
-            v = embed_folder(folder, emb, cache_dir, progress=False)[1]
+            v = embed_folder(folder, emb, cache_dir=cache_dir, progress=False)[1]
             rows.append(dict(run=run, step=step, metric=metric, value=score(v, ref), samples=len(v), embedder=emb.name))
     return pd.DataFrame(rows)
 
@@ -265,7 +269,7 @@ def _block_dct(im:Image.Image)->np.ndarray:
     a = np.asarray(im.convert('RGB'), np.float64)
     y = 0.299 * a[..., 0] + 0.587 * a[..., 1] + 0.114 * a[..., 2] - 128
     h, w = y.shape[0] // 8 * 8, y.shape[1] // 8 * 8
-    b = y[:h, :w].reshape(h // 8, 8, w // 8, 8).transpose(0, 2, 1, 3).reshape(-1, 8, 8)
+    b = y[:h, :w].reshape((h // 8, 8, w // 8, 8)).transpose((0, 2, 1, 3)).reshape((-1, 8, 8))
     return dctn(b, type=2, axes=(1, 2), norm='ortho').reshape(-1, 64)
 
 def _step(c:np.ndarray, qmax:int=120, min_n:int=30, threshold:float=0.7)->int:

@@ -8,7 +8,7 @@ from pathlib import Path
 import io
 import numpy as np, pyarrow as pa
 from PIL import Image
-from .core import probe_image, open_rgb, ImageInfo
+from .core import probe_image, open_rgb, ImageInfo, Engine
 from .table import fill_column, ColumnFill, image_bytes
 
 # %% auto #0
@@ -86,13 +86,14 @@ def _phash_column(batch:pa.RecordBatch)->pa.Array:
     return pa.array(h, pa.int64(), mask=~ok)
 
 def add_phash(table:str, # the Lance table
-              engine:str='local', # 'local' or 'ray' (fragments hashed by Ray Data workers)
-              ray_address:str|None=None, workers:int|None=None,
+              *,
+              engine:Engine|str='local', # 'local', 'ray' (fragments hashed by Ray Data workers) or an `Engine`
               batch_size:int=256, # rows per batch (one vectorised DCT each)
-              progress:bool=True)->ColumnFill:
-    "Fill the table's `phash` column (int64 fingerprint) for every usable row that lacks one."
-    return fill_column(table, 'phash', _phash_column, ['image', 'uri'], pa.int64(), where="status = 'ok'", batch_size=batch_size,
-                       engine=engine, ray_address=ray_address, workers=workers, progress=progress)
+              progress:bool=True, # show a progress bar
+             )->ColumnFill:
+    "Fill the `phash` column (int64) of every usable row that lacks one."
+    return fill_column(table, 'phash', _phash_column, read_columns=['image', 'uri'], dtype=pa.int64(),
+                       where="status = 'ok'", batch_size=batch_size, engine=engine, progress=progress)
 
 # %% ../nbs/06_phash.ipynb #824a81c9
 COPY_KINDS = ('jpeg_q95', 'jpeg_q75', 'jpeg_q50', 'half', 'quarter', 'upscale_1.5', 'png', 'webp')  # must match their original
@@ -138,7 +139,7 @@ def pair_truth(items:list)->tuple:
     group = np.array([x['group'] for x in items]); neg = np.array([x['kind'] in NEGATIVE_KINDS for x in items])
     return i, j, (group[i] == group[j]) & ~neg[i] & ~neg[j]
 
-def precision_recall(h:np.ndarray, i:np.ndarray, j:np.ndarray, truth:np.ndarray, radii=(0, 2, 4, 6, 8))->list:
+def precision_recall(h:np.ndarray, i:np.ndarray, j:np.ndarray, *, truth:np.ndarray, radii=(0, 2, 4, 6, 8))->list:
     "Precision and recall of 'distance <= r' over the labelled pairs, per radius."
     d = hamming(h[i], h[j]); out = []
     for r in radii:

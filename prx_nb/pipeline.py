@@ -4,15 +4,17 @@
 
 # %% ../nbs/09_pipeline.ipynb #b6869729
 from __future__ import annotations
-from .core import call_parse
+from .core import call_parse, Engine
 from dataclasses import dataclass
 from pathlib import Path
 import lance, pandas as pd, pyarrow.parquet as pq
 from .demo import build_demo, demo_sources, DemoTruth
 from .ingest import ingest, print_summary, IngestSummary
 from .profile import write_report
-from .mds import write_mds, iter_bucket, read_skips, MDSWrite
-from .dedup import add_phash, dedup_tree, TreeDedup
+from .phash import add_phash
+from .mds import write_mds, iter_bucket, MDSWrite
+from .skips import read_skips
+from .dedup import dedup_tree, TreeDedup
 from .caption import Backend, CaptionSpec, CaptionRun, caption_table
 
 # %% auto #0
@@ -33,13 +35,15 @@ class DemoRun:
 
 # %% ../nbs/09_pipeline.ipynb #5aa05e3b
 def run_demo(out:str|Path='demo_out', # output folder: sources/, corpus.lance, profile/, mds/
-             engine:str='local', # 'local' or 'ray'
+             *,
+             engine:Engine|str='local', # 'local', 'ray' or an `Engine`
              rebuild:bool=False, # rebuild the demo sources even if present
              caption:Backend|None=None, # a captioner to re-caption the corpus with (column caption_demo); None: keep the source captions
              explore:bool=True, # tag the images (a stand-in caption), embed those without vectors, build the search indices
              progress:bool=True)->DemoRun:
     "Build the demo sources (once), ingest them into `out`/corpus.lance, profile, fingerprint, make it searchable, caption (if configured), write `out`/mds and dedup it."
-    out = Path(out); src = out / 'sources'
+    out = Path(out)
+    src = out / 'sources'
     truth = build_demo(src) if rebuild or not (src / 'truth.json').exists() else DemoTruth.load(src / 'truth.json')
     table = str(out / 'corpus.lance')
     s = ingest(table, demo_sources(src), embeddings=str(src / 'embeddings.parquet'), engine=engine, progress=progress)
@@ -47,11 +51,14 @@ def run_demo(out:str|Path='demo_out', # output folder: sources/, corpus.lance, p
     add_phash(table, engine=engine, progress=progress)
     if explore:
         from prx_nb.explore import add_tags, add_image_embeddings, index_table
-        add_tags(table, progress=progress); add_image_embeddings(table, progress=progress); index_table(table)
+        add_tags(table, progress=progress)
+        add_image_embeddings(table, progress=progress)
+        index_table(table)
     cap = caption_table(table, caption.make(), 'demo', progress=progress) if caption else None
     mds = out / ('mds_caption_demo' if caption else 'mds')  # a tree per caption column: finished buckets are never rewritten
     w = write_mds(table, mds, caption_column='caption_demo' if caption else 'caption_source', progress=progress)
-    return DemoRun(out, table, s, drops, truth, w, dedup_tree(mds, table=table, progress=progress), cap)
+    dd = dedup_tree(mds, table=table, progress=progress)
+    return DemoRun(out, table=table, ingest=s, drops=drops, truth=truth, mds=w, dedup=dd, caption=cap)
 
 # %% ../nbs/09_pipeline.ipynb #18a2f4e1
 def check_demo(r:DemoRun)->dict:
@@ -88,7 +95,7 @@ def prx_demo(out:str='demo_out', # output folder
              quiet:bool=False): # no progress bars
     "Run the pipeline on the demo sources: build them from real photos, ingest into Lance, profile, fingerprint, write MDS, read it back, dedup."
     if bool(caption_backend) != bool(caption_model): raise SystemExit('prx_demo: --caption-backend and --caption-model go together')
-    backend = Backend(caption_backend, CaptionSpec(caption_model), caption_endpoint) if caption_backend else None
+    backend = Backend(caption_backend, CaptionSpec(caption_model), endpoint=caption_endpoint) if caption_backend else None
     try: r = run_demo(out, engine='ray' if ray else 'local', rebuild=rebuild, caption=backend, progress=not quiet)
     except (ValueError, RuntimeError) as e: raise SystemExit(f'prx_demo: {e}') from None
     print_summary(r.ingest)

@@ -58,7 +58,7 @@ def plot_resolution(df:pd.DataFrame, tiers=TIERS, max_upscale:float=MAX_UPSCALE)
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(9, 4)); ok = df[df.status.eq('ok')]
     bins = np.logspace(np.log10(max(ok.megapixels.min(), 1e-3)), np.log10(ok.megapixels.max() * 1.01), 30)
-    _hist(ok, 'megapixels', bins, ax, {tier_floor(t, max_upscale) / 1e6: f'{t} floor' for t in tiers}, 'megapixels (log)')
+    _hist(ok, 'megapixels', bins, ax=ax, lines={tier_floor(t, max_upscale) / 1e6: f'{t} floor' for t in tiers}, xlabel='megapixels (log)')
     ax.set_title('Resolution per source: left of the 512 floor is dropped')
     return fig
 
@@ -67,8 +67,8 @@ def plot_aspect(df:pd.DataFrame, ar_range=AR_RANGE):
     "Histogram of aspect ratio (width/height, log scale) per source, with the kept range marked."
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(9, 4)); ok = df[df.status.eq('ok')]
-    _hist(ok, 'aspect', np.logspace(np.log10(ok.aspect.min() * .95), np.log10(ok.aspect.max() * 1.05), 30), ax,
-          {ar_range[0]: f'{ar_range[0]}', ar_range[1]: f'{ar_range[1]}', 1.0: '1:1'}, 'aspect ratio w/h (log)')
+    _hist(ok, 'aspect', np.logspace(np.log10(ok.aspect.min() * .95), np.log10(ok.aspect.max() * 1.05), 30), ax=ax,
+          lines={ar_range[0]: f'{ar_range[0]}', ar_range[1]: f'{ar_range[1]}', 1.0: '1:1'}, xlabel='aspect ratio w/h (log)')
     ax.set_title(f'Aspect ratio per source: outside [{ar_range[0]}, {ar_range[1]}] is dropped')
     return fig
 

@@ -17,7 +17,7 @@ __all__ = ['set_skips', 'add_skips', 'read_skips', 'skip_reasons', 'skip_ids', '
            'rewrite_bucket', 'rewrite', 'prx_skip', 'prx_optout', 'prx_skip_stats', 'prx_rewrite']
 
 # %% ../nbs/07a_skips.ipynb #76e84d33
-def set_skips(bucket:Path, shard:str, reason:str, indices, made_by:str='prx_nb.mds.set_skips')->int:
+def set_skips(bucket:Path, shard:str, reason:str, *, indices, made_by:str='prx_nb.mds.set_skips')->int:
     "Make `reason`'s skip list of `shard` exactly `indices` (atomically; an empty list removes the sidecar); returns its length."
     p, new = skip_path(bucket, shard, reason), sorted({int(i) for i in indices})
     if not new: p.unlink(missing_ok=True); return 0
@@ -26,11 +26,11 @@ def set_skips(bucket:Path, shard:str, reason:str, indices, made_by:str='prx_nb.m
     os.replace(tmp, p)
     return len(new)
 
-def add_skips(bucket:Path, shard:str, reason:str, indices)->int:
+def add_skips(bucket:Path, shard:str, reason:str, *, indices)->int:
     "Add sample `indices` of `shard` to `reason`'s skip list (atomically); returns the list's new length."
     p = skip_path(bucket, shard, reason)
     have = set(json.loads(p.read_text())['indices']) if p.exists() else set()
-    return set_skips(bucket, shard, reason, have | {int(i) for i in indices}, 'prx_nb.mds.add_skips')
+    return set_skips(bucket, shard, reason, indices=have | {int(i) for i in indices}, made_by='prx_nb.mds.add_skips')
 
 # %% ../nbs/07a_skips.ipynb #a5000038
 def read_skips(bucket:Path, reasons=None)->dict:
@@ -55,7 +55,7 @@ def skip_ids(root:str|Path, # the MDS tree
     for b in iter_buckets(root):
         man = b / 'manifest.parquet'
         hit = [r for r in pq.read_table(man, columns=['id', 'shard', 'index']).to_pylist() if r['id'] in want]
-        for shard in {r['shard'] for r in hit}: add_skips(man.parent, shard, reason, [r['index'] for r in hit if r['shard'] == shard])
+        for shard in {r['shard'] for r in hit}: add_skips(man.parent, shard, reason, indices=[r['index'] for r in hit if r['shard'] == shard])
         if hit: res[bucket_key(b)] = len(hit); found |= {r['id'] for r in hit}
     res['not_found'] = len(want - found)
     return res
@@ -157,7 +157,7 @@ def rewrite_bucket(src:Path, # a bucket folder
     return copy_bucket(src, dst, drop=drop, shard_bytes=shard_bytes, made_by='prx_nb.skips.rewrite_bucket')
 
 # %% ../nbs/07a_skips.ipynb #924a8c4e
-def rewrite(root:str|Path, out:str|Path, reasons=None, shard_bytes:int=128 << 20, progress:bool=True)->dict:
+def rewrite(root:str|Path, out:str|Path, *, reasons=None, shard_bytes:int=128 << 20, progress:bool=True)->dict:
     "A fresh MDS tree in `out` holding exactly the samples of `root` that no skip list of `reasons` (None: all) names."
     root, out = Path(root), Path(out); out.mkdir(parents=True, exist_ok=True)
     excl = read_optouts(root)
@@ -209,5 +209,5 @@ def prx_rewrite(mds:str=None, # root of the MDS tree (required)
                 quiet:bool=False): # no progress bar
     "Write a fresh MDS tree without the skipped (and opted-out) samples; the bytes are copied, never re-encoded."
     if not (mds and out): raise SystemExit('prx_rewrite: --mds and --out are required')
-    res = rewrite(mds, out, reasons.split(',') if reasons else None, shard_mb << 20, not quiet)
+    res = rewrite(mds, out, reasons=reasons.split(',') if reasons else None, shard_bytes=shard_mb << 20, progress=not quiet)
     print(f'{sum(b.written for b in res.values()):,} samples in {len(res)} buckets in {out}')

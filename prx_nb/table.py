@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import pyarrow as pa, pyarrow.compute as pc, pyarrow.fs as pafs
 from tqdm.auto import tqdm
-from .core import call_parse
+from .core import call_parse, Engine, as_engine
 
 # %% auto #0
 __all__ = ['open_table', 'sql_str', 'sql_in', 'read_path', 'image_bytes', 'write_back', 'ColumnFill', 'fill_column',
@@ -72,6 +72,10 @@ def write_back(table:str, # the Lance table
     "Set columns of the rows named by `_rowid`, rewriting only those columns of their fragments; returns the new version."
     import lance
     ds = lance.dataset(table)
+    new = [rows.schema.field(c) for c in rows.column_names if c != '_rowid' and c not in ds.schema.names]
+    if new:  # columns the table lacks are added first, all null
+        ds.add_columns([f.with_nullable(True) for f in new])
+        ds = lance.dataset(table)
     frag = pc.shift_right(rows['_rowid'].cast(pa.uint64()), 32)
     parts = []
     for fid in pc.unique(frag).to_pylist():
@@ -80,70 +84,86 @@ def write_back(table:str, # the Lance table
     return _commit_columns(table, ds, parts).version if parts else ds.version
 
 # %% ../nbs/00c_table.ipynb #8b0b204a
-def _fill_fragment(frag, fn, column:str, dtype, read_columns:list, flt:str, batch_size:int):
-    "(fragment metadata, modified field ids, rows) after computing `column` for the rows of `frag` matching `flt`; None when none match."
+@dataclass(frozen=True)
+class _Fill:
+    "What one fill computes: `fn` over `read_columns` of the rows matching `flt`, into `column`."
+    fn: object # Arrow batch -> one value per row
+    column: str # the column written
+    dtype: pa.DataType # its type
+    read_columns: list # what `fn` reads
+    flt: str # which rows
+    batch_size: int # rows per `fn` call
+
+def _fill_fragment(frag, spec:_Fill):
+    "(fragment metadata, modified field ids, rows) after filling `spec.column` in `frag`; None when no row matches."
     ids, vals = [], []
-    for b in frag.to_batches(columns=read_columns, filter=flt, with_row_id=True, batch_size=batch_size):
-        out = fn(b)
-        if len(out) != b.num_rows: raise ValueError(f'{getattr(fn, "__name__", fn)} returned {len(out)} values for {b.num_rows} rows')
-        ids.append(b.column('_rowid')); vals.append(out.cast(dtype) if isinstance(out, pa.Array) else pa.array(out, dtype))
+    for b in frag.to_batches(columns=spec.read_columns, filter=spec.flt, with_row_id=True, batch_size=spec.batch_size):
+        out = spec.fn(b)
+        if len(out) != b.num_rows:
+            raise ValueError(f'{getattr(spec.fn, "__name__", spec.fn)} returned {len(out)} values for {b.num_rows} rows')
+        ids.append(b.column('_rowid'))
+        vals.append(out.cast(spec.dtype) if isinstance(out, pa.Array) else pa.array(out, spec.dtype))
     if not ids: return None
-    upd = pa.table({'_rowid': pa.chunked_array(ids, pa.uint64()), column: pa.chunked_array(vals, dtype)})
+    upd = pa.table({'_rowid': pa.chunked_array(ids, pa.uint64()), spec.column: pa.chunked_array(vals, spec.dtype)})
     md, fields = frag.update_columns(upd, left_on='_rowid')[:2]
     return md, list(fields), upd.num_rows
 
-def _ray_fill(row:dict, table:str, version:int, fn, column:str, dtype, read_columns:list, flt:str, batch_size:int)->dict:
-    "Ray Data UDF: fill one fragment (`row['fragment']`) of the table at `version`; the metadata comes back pickled for the driver's commit."
+def _ray_fill(row:dict, table:str, version:int, spec:_Fill)->dict:
+    "Ray Data UDF: fill fragment `row['fragment']` of `table` at `version`; its metadata comes back pickled."
     import lance, pickle
-    r = _fill_fragment(lance.dataset(table, version=version).get_fragment(int(row['fragment'])), fn, column, dtype, read_columns, flt, batch_size)
+    r = _fill_fragment(lance.dataset(table, version=version).get_fragment(int(row['fragment'])), spec)
     return dict(fragment=row['fragment'], meta=pickle.dumps(r[:2]) if r else b'', rows=r[2] if r else 0)
+
+def _ray_wave(table:str, version:int, wave:list, spec:_Fill)->list:
+    "The filled parts of the fragments of `wave`, computed by Ray Data workers."
+    import pickle, ray
+    items = ray.data.from_items([dict(fragment=f.fragment_id) for f, _ in wave], override_num_blocks=len(wave))
+    out = items.map(_ray_fill, fn_kwargs=dict(table=table, version=version, spec=spec)).take_all()
+    return [(*pickle.loads(o['meta']), o['rows']) for o in out if o['rows']]
 
 # %% ../nbs/00c_table.ipynb #7a30396b
 @dataclass
 class ColumnFill:
-    "What `fill_column` did: rows filled now, fragments touched, commits made, the table version after."
-    column: str
-    filled: int = 0
-    fragments: int = 0
-    commits: int = 0
-    version: int = 0
+    "What `fill_column` did."
+    column: str # the column filled
+    filled: int = 0 # rows filled now
+    fragments: int = 0 # fragments touched
+    commits: int = 0 # commits made
+    version: int = 0 # the table's version after
 
 def fill_column(table:str, # the Lance table
                 column:str, # the column to compute (added, all null, when absent)
-                fn, # Arrow batch of `read_columns` -> one value per row (an Arrow array or a list); must pickle for Ray
+                fn, # Arrow batch of `read_columns` -> one value per row (Arrow array or list); must pickle for Ray
+                *,
                 read_columns:list, # what `fn` reads
                 dtype:pa.DataType=pa.int64(), # the column's type
                 where:str|None=None, # only rows where this SQL holds (and `column` is null)
                 batch_size:int=256, # rows per `fn` call
-                fragments_per_commit:int=1, # fragments per commit (Ray: per wave)
-                engine:str='local', # 'local' or 'ray'
-                ray_address:str|None=None, workers:int|None=None, # Ray cluster address; CPUs for a local Ray
-                progress:bool=True)->ColumnFill:
-    "Compute `column` with `fn` where it is null, fragment by fragment, writing only that column's data; resumable at fragment granularity."
-    import lance, pickle
-    if engine not in ('local', 'ray'): raise ValueError(f"engine must be 'local' or 'ray', not {engine!r}")
+                fragments_per_commit:int=1, # fragments per commit (Ray: per worker and wave)
+                engine:Engine|str='local', # where it runs: 'local', 'ray' or an `Engine`
+                progress:bool=True, # show a progress bar
+               )->ColumnFill:
+    "Compute `column` with `fn` where it is null, fragment by fragment, writing only that column."
+    import lance
+    engine = as_engine(engine)
     ds = lance.dataset(table)
-    if column not in ds.schema.names: ds.add_columns(pa.field(column, dtype, nullable=True)); ds = lance.dataset(table)
-    flt = f'{column} IS NULL' + (f' AND ({where})' if where else '')
-    todo = [(f, n) for f in ds.get_fragments() if (n := f.count_rows(flt))]
-    res, args = ColumnFill(column), (fn, column, dtype, read_columns, flt, batch_size)
-    if engine == 'ray':
-        import ray
-        if todo and not ray.is_initialized(): ray.init(address=ray_address, num_cpus=None if ray_address else workers, include_dashboard=False, log_to_driver=False)
-        k = max(fragments_per_commit, 1) * max(workers or 2, 1)
-        waves = [todo[i:i + k] for i in range(0, len(todo), k)]
-    else: waves = [todo[i:i + fragments_per_commit] for i in range(0, len(todo), fragments_per_commit)]
+    if column not in ds.schema.names:
+        ds.add_columns(pa.field(column, dtype, nullable=True))
+        ds = lance.dataset(table)
+    spec = _Fill(fn=fn, column=column, dtype=dtype, read_columns=read_columns, flt=f'{column} IS NULL' + (f' AND ({where})' if where else ''), batch_size=batch_size)
+    todo = [(f, n) for f in ds.get_fragments() if (n := f.count_rows(spec.flt))]
+    k = max(fragments_per_commit, 1) * (max(engine.workers or 2, 1) if engine.is_ray else 1)
+    if todo and engine.is_ray: engine.start()
+    res = ColumnFill(column)
     with tqdm(total=sum(n for _, n in todo), desc=column, unit='row', disable=not progress) as bar:
-        for wave in waves:
-            if engine == 'ray':
-                out = ray.data.from_items([dict(fragment=f.fragment_id) for f, _ in wave], override_num_blocks=len(wave)).map(
-                    _ray_fill, fn_kwargs=dict(table=table, version=ds.version, fn=fn, column=column, dtype=dtype, read_columns=read_columns,
-                                              flt=flt, batch_size=batch_size)).take_all()
-                parts = [(*pickle.loads(o['meta']), o['rows']) for o in out if o['rows']]
-            else: parts = [p for f, _ in wave if (p := _fill_fragment(f, *args)) is not None]
+        for wave in (todo[i:i + k] for i in range(0, len(todo), k)):
+            if engine.is_ray: parts = _ray_wave(table, ds.version, wave, spec=spec)
+            else: parts = [p for f, _ in wave if (p := _fill_fragment(f, spec)) is not None]
             if parts:
                 ds = _commit_columns(table, ds, parts)
-                res.filled += sum(p[2] for p in parts); res.fragments += len(parts); res.commits += 1
+                res.filled += sum(p[2] for p in parts)
+                res.fragments += len(parts)
+                res.commits += 1
             bar.update(sum(n for _, n in wave))
     res.version = ds.version
     return res
@@ -162,7 +182,7 @@ class FragmentHealth:
 def fragment_health(ds, rows_per_fragment:int=1 << 20)->FragmentHealth:
     "Fragment statistics of the Lance dataset `ds`."
     counts = [f.count_rows() for f in ds.get_fragments()]
-    return FragmentHealth(len(counts), sum(counts), max(1, -(-sum(counts) // rows_per_fragment)), sum(c < rows_per_fragment / 10 for c in counts))
+    return FragmentHealth(fragments=len(counts), rows=sum(counts), needed=max(1, -(-sum(counts) // rows_per_fragment)), small=sum(c < rows_per_fragment / 10 for c in counts))
 
 # %% ../nbs/00c_table.ipynb #08540acc
 def check_fragments(ds, rows_per_fragment:int=1 << 20)->FragmentHealth:
@@ -177,7 +197,8 @@ def check_fragments(ds, rows_per_fragment:int=1 << 20)->FragmentHealth:
 def compact(table:str, rows_per_fragment:int=1 << 20)->tuple:
     "Compact `table` to fragments of up to `rows_per_fragment` rows; returns (fragments before, after)."
     import lance
-    ds = lance.dataset(table); before = len(ds.get_fragments())
+    ds = lance.dataset(table)
+    before = len(ds.get_fragments())
     ds.optimize.compact_files(target_rows_per_fragment=rows_per_fragment, materialize_deletions=True)
     return before, len(lance.dataset(table).get_fragments())
 
