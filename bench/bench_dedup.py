@@ -9,13 +9,14 @@ import gc, io, resource, time
 import numpy as np
 from PIL import Image
 from common import timed, record, parser
-from prx_nb.dedup import thumbnail, phash_many, labelled_copies, pair_truth, precision_recall, dedup_keep
+from prx_nb.phash import luma_thumbnail, phash_many, labelled_copies, pair_truth, precision_recall
+from prx_nb.dedup import dedup_keep
 from prx_nb.core import probe_image
 from prx_nb.demo import gather_photos
 
 
 def floor_decode(data):
-    "Decode only, as reduced as prx_nb's thumbnail does (JPEG: luma at the same DCT scale; others: full)."
+    "Decode only, as reduced as prx_nb's luma_thumbnail does (JPEG: luma at the same DCT scale; others: full)."
     for d in data:
         im = Image.open(io.BytesIO(d))
         if im.format == 'JPEG' and im.mode in ('RGB', 'L'): im.draft('L', (128, 128))

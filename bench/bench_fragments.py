@@ -1,5 +1,5 @@
 """The post's fragmentation lesson at this machine's scale: one ~1M-row metadata table written at 1k rows per
-fragment vs the same table compacted by `prx_nb.ingest.compact`; a selective filter and a count-by-group on both.
+fragment vs the same table compacted by `prx_nb.table.compact`; a selective filter and a count-by-group on both.
 
 Goal (issue 2): the compacted table answers at least 10x faster.
 Usage: python bench/bench_fragments.py [--rows N] [--rows-per-fragment K] [--repeat R]
@@ -8,7 +8,8 @@ import shutil, tempfile
 from pathlib import Path
 import lance, numpy as np, pyarrow as pa
 from common import timed, record, parser
-from prx_nb.ingest import SCHEMA, compact, fragment_health
+from prx_nb.ingest import SCHEMA
+from prx_nb.table import compact, fragment_health
 from prx_nb.profile import duck
 
 

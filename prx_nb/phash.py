@@ -12,7 +12,7 @@ from .core import probe_image, open_rgb, ImageInfo, Engine
 from .table import fill_column, ColumnFill, image_bytes
 
 # %% auto #0
-__all__ = ['COPY_KINDS', 'NEGATIVE_KINDS', 'thumbnail', 'fingerprints', 'hamming', 'phash', 'phash_many', 'add_phash',
+__all__ = ['COPY_KINDS', 'NEGATIVE_KINDS', 'luma_thumbnail', 'fingerprints', 'hamming', 'phash', 'phash_many', 'add_phash',
            'labelled_copies', 'pair_truth', 'precision_recall']
 
 # %% ../nbs/06_phash.ipynb #02be82aa
@@ -28,7 +28,7 @@ def _orient(a:np.ndarray, o:int)->np.ndarray:
     return a
 
 # %% ../nbs/06_phash.ipynb #1c6d1a7f
-def thumbnail(data:bytes, # an encoded image
+def luma_thumbnail(data:bytes, # an encoded image
               size:int=32, # side of the square thumbnail
               info:ImageInfo|None=None, # `probe_image(data)`, when the caller has it already
              )->tuple:
@@ -62,7 +62,7 @@ def hamming(a, b)->np.ndarray:
 # %% ../nbs/06_phash.ipynb #b446720d
 def phash(data:bytes, info:ImageInfo|None=None)->tuple:
     "(fingerprint, '') of one encoded image, or (None, reason)."
-    t, why = thumbnail(data, info=info)
+    t, why = luma_thumbnail(data, info=info)
     return (int(fingerprints(t[None])[0]), '') if t is not None else (None, why)
 
 def phash_many(datas, # encoded images (None where the bytes could not be had)
@@ -71,7 +71,7 @@ def phash_many(datas, # encoded images (None where the bytes could not be had)
     "(int64 fingerprints, valid mask, reasons) for a batch; the DCT runs once over the whole batch."
     th, why = [], []
     for i, d in enumerate(datas):
-        t, w = thumbnail(d) if d is not None else (None, (reasons[i] if reasons else '') or 'no image bytes')
+        t, w = luma_thumbnail(d) if d is not None else (None, (reasons[i] if reasons else '') or 'no image bytes')
         th.append(t); why.append(w)
     ok = np.array([t is not None for t in th], bool)
     out = np.zeros(len(th), np.int64)

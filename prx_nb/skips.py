@@ -17,7 +17,7 @@ __all__ = ['set_skips', 'add_skips', 'read_skips', 'skip_reasons', 'skip_ids', '
            'rewrite_bucket', 'rewrite', 'prx_skip', 'prx_optout', 'prx_skip_stats', 'prx_rewrite']
 
 # %% ../nbs/07a_skips.ipynb #76e84d33
-def set_skips(bucket:Path, shard:str, reason:str, *, indices, made_by:str='prx_nb.mds.set_skips')->int:
+def set_skips(bucket:Path, shard:str, reason:str, *, indices, made_by:str='prx_nb.skips.set_skips')->int:
     "Make `reason`'s skip list of `shard` exactly `indices` (atomically; an empty list removes the sidecar); returns its length."
     p, new = skip_path(bucket, shard, reason), sorted({int(i) for i in indices})
     if not new: p.unlink(missing_ok=True); return 0
@@ -30,7 +30,7 @@ def add_skips(bucket:Path, shard:str, reason:str, *, indices)->int:
     "Add sample `indices` of `shard` to `reason`'s skip list (atomically); returns the list's new length."
     p = skip_path(bucket, shard, reason)
     have = set(json.loads(p.read_text())['indices']) if p.exists() else set()
-    return set_skips(bucket, shard, reason, indices=have | {int(i) for i in indices}, made_by='prx_nb.mds.add_skips')
+    return set_skips(bucket, shard, reason, indices=have | {int(i) for i in indices}, made_by='prx_nb.skips.add_skips')
 
 # %% ../nbs/07a_skips.ipynb #a5000038
 def read_skips(bucket:Path, reasons=None)->dict:

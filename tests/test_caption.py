@@ -4,8 +4,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import lance
 import pytest
 from conftest import BIN
-from prx_nb.caption import CaptionSpec, CaptionerError, OpenAICaptioner, caption_table, prepare_image, tiny_vlm
-from prx_nb.core import tiny_image
+from prx_nb.caption import Actors, CaptionSpec, CaptionerError, OpenAICaptioner, caption_table, prepare_image, tiny_vlm
+from prx_nb.core import Engine, tiny_image
 from prx_nb.demo import demo_sources
 from prx_nb.ingest import ingest
 
@@ -122,7 +122,7 @@ def test_ray_pipeline_matches_local(tmp_path, demo):
     for t in (a, b): ingest(t, demo_sources(demo), progress=False)
     be = Backend('transformers', CaptionSpec(mdir, max_new_tokens=12, max_pixels=128 * 128), batch_size=4)
     la = caption_table(a, be, 'x', batch_size=4, commit_rows=8, progress=False)
-    rb = caption_table(b, be, 'x', batch_size=4, commit_rows=8, engine='ray', actors=2, cpus_per_actor=0.5, workers=2, progress=False)
+    rb = caption_table(b, be, 'x', batch_size=4, commit_rows=8, engine=Engine('ray', workers=2), actors=Actors(2, cpus=0.5), progress=False)
     assert la.rows == rb.rows == lance.dataset(a).count_rows("status = 'ok'")
     ta, tb = (lance.dataset(t).to_table(columns=['id', 'caption_x', 'caption_x_status']).sort_by('id') for t in (a, b))
     assert ta.equals(tb)

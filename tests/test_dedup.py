@@ -3,10 +3,12 @@ import json, signal, subprocess, sys, time
 import lance
 import pyarrow.parquet as pq
 from conftest import BIN
+from prx_nb.core import Engine
 from prx_nb.demo import demo_sources, DemoTruth
 from prx_nb.ingest import ingest
-from prx_nb.mds import write_mds, read_skips
-from prx_nb.dedup import add_phash
+from prx_nb.phash import add_phash
+from prx_nb.mds import write_mds
+from prx_nb.skips import read_skips
 
 
 def test_cli_dedups_a_tree_and_explains_errors(tmp_path, demo):
@@ -34,7 +36,7 @@ def test_cli_dedups_a_tree_and_explains_errors(tmp_path, demo):
 def test_phash_ray_matches_local(tmp_path, demo):
     a, b = str(tmp_path / 'a.lance'), str(tmp_path / 'b.lance')
     for t in (a, b): ingest(t, demo_sources(demo), rows_per_fragment=20, progress=False)
-    la, rb = add_phash(a, progress=False), add_phash(b, engine='ray', workers=2, progress=False)
+    la, rb = add_phash(a, progress=False), add_phash(b, engine=Engine('ray', workers=2), progress=False)
     assert la.filled == rb.filled > 0 and rb.fragments > 1
     ta, tb = (lance.dataset(t).to_table(columns=['id', 'phash']).sort_by('id') for t in (a, b))
     assert ta.equals(tb)
@@ -43,7 +45,7 @@ def test_phash_ray_matches_local(tmp_path, demo):
 def test_killed_fingerprint_run_resumes(tmp_path, demo):
     t = str(tmp_path / 't.lance'); ingest(t, demo_sources(demo), rows_per_fragment=10, progress=False)
     v0 = lance.dataset(t).version
-    code = f'from prx_nb.dedup import add_phash; add_phash({t!r}, progress=False)'
+    code = f'from prx_nb.phash import add_phash; add_phash({t!r}, progress=False)'
     p = subprocess.Popen([sys.executable, '-c', code])
     deadline = time.time() + 120
     while time.time() < deadline and lance.dataset(t).version < v0 + 3: time.sleep(0.05)  # the column added, then at least two fragments committed

@@ -2,7 +2,7 @@
 import signal, subprocess, time
 import lance, pytest
 from conftest import BIN
-from prx_nb.core import tiny_image
+from prx_nb.core import Engine, tiny_image
 from prx_nb.demo import demo_sources, DemoTruth
 from prx_nb.ingest import ingest
 
@@ -65,13 +65,13 @@ def test_ray_path_gives_the_same_table(tmp_path, demo):
     a, b = tmp_path / 'a.lance', tmp_path / 'b.lance'
     emb = str(demo / 'embeddings.parquet')
     ingest(a, demo_sources(demo), embeddings=emb, progress=False)
-    sb = ingest(b, demo_sources(demo), embeddings=emb, engine='ray', workers=2)
+    sb = ingest(b, demo_sources(demo), embeddings=emb, engine=Engine('ray', workers=2))
     ta, tb = (lance.dataset(str(x)).to_table().sort_by('id') for x in (a, b))
     assert ta.equals(tb)
     assert sb.n_added == ta.num_rows
     # appending through Ray skips what is there and adds only the new source
     extra = many_images(tmp_path / 'extra', 5)
-    s2 = ingest(b, demo_sources(demo) + [f'folder:{extra}'], engine='ray', workers=2)
+    s2 = ingest(b, demo_sources(demo) + [f'folder:{extra}'], engine=Engine('ray', workers=2))
     assert s2.n_added == 5 and len(set(ids(b))) == len(ids(b)) == ta.num_rows + 5
 
 

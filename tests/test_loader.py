@@ -3,7 +3,8 @@ import pytest
 from streaming import StreamingDataLoader, StreamingDataset
 from prx_nb.demo import demo_sources
 from prx_nb.ingest import ingest
-from prx_nb.mds import SkipStreamingDataset, write_mds, skip_ids, read_skips
+from prx_nb.mds import write_mds
+from prx_nb.skips import SkipStreamingDataset, skip_ids, read_skips
 import pyarrow.parquet as pq
 
 

@@ -3,6 +3,7 @@ import json, shutil, signal, subprocess, time
 from pathlib import Path
 import pyarrow.parquet as pq
 from conftest import BIN
+from prx_nb.core import Engine
 from prx_nb.bucket import Bucketer
 from prx_nb.demo import demo_sources
 from prx_nb.ingest import ingest
@@ -87,7 +88,7 @@ def test_ray_write_matches_local(tmp_path, demo):
     from prx_nb.mds import write_mds
     t = tmp_path / 't.lance'; ingest(t, demo_sources(demo), progress=False)
     local = write_mds(str(t), tmp_path / 'local', progress=False)
-    ray = write_mds(str(t), tmp_path / 'ray', part_rows=3, engine='ray', workers=2, progress=False)
+    ray = write_mds(str(t), tmp_path / 'ray', part_rows=3, engine=Engine('ray', workers=2), progress=False)
     assert sorted(ray.buckets) == sorted(local.buckets) and ray.written == local.written > 0
     for k in local.buckets:
         a, b = list(iter_bucket(tmp_path / 'local' / k)), list(iter_bucket(tmp_path / 'ray' / k))
@@ -101,5 +102,5 @@ def test_ray_write_matches_local(tmp_path, demo):
     assert max(m['parts'] for m in metas) > 1  # and at least one bucket was merged from several parts
     assert tree_ids(tmp_path / 'ray', stock=True) == tree_ids(tmp_path / 'local')
     assert not [p for p in (tmp_path / 'ray').glob('*/*') if p.name.endswith(('.partial', '.parts'))]
-    again = write_mds(str(t), tmp_path / 'ray', part_rows=3, engine='ray', workers=2, progress=False)
+    again = write_mds(str(t), tmp_path / 'ray', part_rows=3, engine=Engine('ray', workers=2), progress=False)
     assert all(b.skipped_complete for b in again.buckets.values())
