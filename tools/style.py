@@ -110,6 +110,28 @@ def measure():
     return out
 
 
+def offenders(name):
+    "What one module (and its notebook) still does against the idioms, one line each."
+    src = modules()[name]
+    tree, lines, out = ast.parse(src), src.splitlines(), []
+    out += [f'{name}.py:{n}: {len(lines[n - 1])} chars' for n in range(1, len(lines) + 1)
+            if len(lines[n - 1]) > 110 and not lines[n - 1].startswith('#')]
+    out += [f'{name}.py:{n}: statements joined by ;' for n in joined_statements(src)]
+    out += [f'{name}.py:{n}: Cls.attr = function' for n in patched_assignments(tree)]
+    out += [f'{name}.py:{n}: call with more than 3 positional arguments' for n in positional_calls(tree)]
+    for f in functions(tree) + [c for c in ast.walk(tree) if isinstance(c, ast.ClassDef)]:
+        d = ast.get_docstring(f)
+        if d and (len(d) > 100 or '\n' in d): out.append(f'{name}.py:{f.lineno}: {f.name} docstring {len(d)} chars')
+    out += [f'{name}.py: {shared_comment_lines(src, tree)} signature lines hold several parameters before one comment']
+    nb = next((nb for k, nb in notebooks().items() if any(re.match(r'#\|\s*default_exp\s+' + name + r'\b', cell_src(c))
+                                                          for c in nb['cells'])), None)
+    if nb: out.append(f'notebook: longest run of export cells with no example {longest_export_run(nb)}')
+    return out
+
+
 if __name__ == '__main__':
+    if '--module' in sys.argv:
+        print('\n'.join(offenders(sys.argv[sys.argv.index('--module') + 1])))
+        sys.exit()
     m = measure()
     print(json.dumps(m) if '--json' in sys.argv else '\n'.join(f'{k:22} {v}' for k, v in m.items()))

@@ -1,0 +1,42 @@
+"""Execute notebooks in place so they are committed with their outputs: `python tools/run_nbs.py [NB ...]` (default:
+every notebook under nbs/). Every cell runs, `#| slow` ones included, except `#| gpu` and `#| eval: false` cells and
+the export cell, which keep what they hold. Stops at the first error, naming the notebook and cell. Run
+`nbdev_clean` afterwards (`./dev test` checks that it leaves no diff)."""
+import os, re, sys, time
+from pathlib import Path
+from execnb.nbio import read_nb, write_nb
+from execnb.shell import CaptureShell
+
+ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault('RAY_AUTH_MODE', 'disabled')  # a local Ray for the examples: no token files, no warning
+
+
+def _skip(cell)->bool:
+    "Cells left as they are: markdown, the export call, GPU cells and cells that must never run."
+    if cell.cell_type != 'code': return True
+    src = cell.source
+    if 'nbdev_export(' in src: return True
+    head = [l for l in src.splitlines() if l.startswith('#|')]
+    return any(re.match(r'#\|\s*(gpu\b|eval:\s*false)', l) for l in head)
+
+
+def run(path:Path)->float:
+    "Execute the notebook at `path` in its folder and write it back with its outputs; returns seconds."
+    t0, nb, cwd = time.time(), read_nb(path), os.getcwd()
+    shell = CaptureShell(path)
+    try:
+        os.chdir(path.parent)
+        shell.run_all(nb, exc_stop=True, preproc=_skip)
+    except Exception:
+        sys.stderr.write(shell.prettytb(fname=path) + '\n')
+        raise SystemExit(f'{path}: a cell failed (above); nothing was written')
+    finally: os.chdir(cwd)
+    write_nb(nb, path)
+    return time.time() - t0
+
+
+if __name__ == '__main__':
+    paths = [Path(p).resolve() for p in sys.argv[1:]] or sorted((ROOT / 'nbs').rglob('*.ipynb'))
+    for p in paths:
+        if '.ipynb_checkpoints' in p.parts: continue
+        print(f'{p.relative_to(ROOT)}: {run(p):.0f} s', flush=True)
