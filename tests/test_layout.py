@@ -84,3 +84,25 @@ def test_the_checks_can_fail():
     assert style.positional_calls(tree) == [5]
     assert imported_modules('from prx_nb.mds import _x, y\nfrom .table import z\nimport prx_nb.core') == [
         ('mds', ['_x', 'y']), ('table', ['z']), ('core', [])]
+
+
+def test_the_sidebar_lists_every_page_in_order():
+    import yaml
+    cfg = yaml.safe_load((ROOT / 'nbs' / '_quarto.yml').read_text())
+    pages = [p for s in cfg['website']['sidebar']['contents'] for p in s['contents']]
+    on_disk = {str(p.relative_to(ROOT / 'nbs')) for p in (ROOT / 'nbs').rglob('*.ipynb') if '.ipynb_checkpoints' not in p.parts}
+    assert sorted(pages) == sorted(on_disk) and len(pages) == len(set(pages))
+    numbered = [p for p in pages if p[0].isdigit()]
+    assert numbered == sorted(numbered), numbered
+
+
+def test_links_to_notebooks_resolve():
+    "Every relative link to a notebook, in the notebooks' markdown and in the README, names a file that exists."
+    link = re.compile(r'\]\(([^)#\s]+\.ipynb)')
+    bad = []
+    for p in sorted((ROOT / 'nbs').rglob('*.ipynb')):
+        for c in json.loads(p.read_text())['cells']:
+            if c['cell_type'] == 'markdown':
+                bad += [(p.name, l) for l in link.findall(style.cell_src(c)) if not (p.parent / l).exists()]
+    bad += [('README.md', l) for l in link.findall((ROOT / 'README.md').read_text()) if not (ROOT / l).exists()]
+    assert not bad, bad
