@@ -106,3 +106,16 @@ def test_links_to_notebooks_resolve():
                 bad += [(p.name, l) for l in link.findall(style.cell_src(c)) if not (p.parent / l).exists()]
     bad += [('README.md', l) for l in link.findall((ROOT / 'README.md').read_text()) if not (ROOT / l).exists()]
     assert not bad, bad
+
+
+def test_console_scripts_name_functions_that_exist():
+    "Every entry point in settings.ini names a function of the module it points at (a moved script is caught here)."
+    import configparser, importlib
+    cfg = configparser.ConfigParser(delimiters=['='])
+    cfg.read(ROOT / 'settings.ini')
+    entries = cfg['DEFAULT']['console_scripts'].split()
+    assert len(entries) >= 16
+    for e in entries:
+        name, target = e.split('=')
+        mod, fn = target.split(':')
+        assert callable(getattr(importlib.import_module(mod), fn, None)), f'{name}: {target} does not exist'
