@@ -23,6 +23,8 @@ def _skip(cell)->bool:
 def run(path:Path)->float:
     "Execute the notebook at `path` in its folder and write it back with its outputs; returns seconds."
     t0, nb, cwd = time.time(), read_nb(path), os.getcwd()
+    for c in nb.cells:  # a cell that prints nothing now must not keep what it printed before
+        if not _skip(c): c.outputs, c.execution_count = [], None
     shell = CaptureShell(path)
     try:
         os.chdir(path.parent)
