@@ -57,7 +57,7 @@ def gpu(images=32, new_tokens=256):
     if not torch.cuda.is_available(): return dict(skipped='no CUDA device here: run with --gpu on a GPU machine')
     from PIL import Image
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, AutoProcessor
-    from prx_nb.caption import tiny_vlm, _messages
+    from prx_nb.caption import tiny_vlm, chat_messages
     import tempfile, io
     proc = AutoProcessor.from_pretrained(tiny_vlm(tempfile.mkdtemp()))  # tokenizer + chat template; the image processor is widened below
     proc.image_processor.max_pixels = proc.image_processor.size['longest_edge'] = 1024 * 1024
@@ -73,7 +73,7 @@ def gpu(images=32, new_tokens=256):
     ims = [Image.open(io.BytesIO(prepare_image(p.read_bytes())[0])).convert('RGB') for p in files]
     spec = CaptionSpec('random-Qwen2.5-VL-7B')
     def run(batch):
-        prompts = [proc.apply_chat_template(_messages(spec, dict(type='image')), add_generation_prompt=True) for _ in batch]
+        prompts = [proc.apply_chat_template(chat_messages(spec, dict(type='image')), add_generation_prompt=True) for _ in batch]
         x = proc(text=prompts, images=batch, padding=True, return_tensors='pt').to('cuda')
         with torch.inference_mode(): model.generate(**x, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
     run(ims[:2]); torch.cuda.synchronize()

@@ -15,8 +15,8 @@ from .table import write_back, image_bytes
 
 # %% auto #0
 __all__ = ['SYSTEM_PROMPT', 'USER_PROMPT', 'PROMPT_VERSION', 'CaptionSpec', 'prepare_image', 'Reply', 'judge', 'tiny_vlm',
-           'CaptionerError', 'OpenAICaptioner', 'TransformersCaptioner', 'VLLMCaptioner', 'Backend', 'Actors',
-           'CaptionRun', 'caption_table', 'prx_caption']
+           'CaptionerError', 'chat_messages', 'OpenAICaptioner', 'TransformersCaptioner', 'VLLMCaptioner', 'Backend',
+           'Actors', 'CaptionRun', 'caption_table', 'prx_caption']
 
 # %% ../nbs/05_caption.ipynb #13d72a81
 SYSTEM_PROMPT = (
@@ -182,7 +182,7 @@ class CaptionerError(RuntimeError):
 
 def _data_url(jpeg:bytes)->str: return 'data:image/jpeg;base64,' + base64.b64encode(jpeg).decode()
 
-def _messages(spec:CaptionSpec, image)->list:
+def chat_messages(spec:CaptionSpec, image)->list:
     "The chat for one image: system prompt, image, user prompt."
     return [dict(role='system', content=[dict(type='text', text=spec.system)]),
             dict(role='user', content=[image, dict(type='text', text=spec.user)])]
@@ -258,7 +258,7 @@ def _one(self:OpenAICaptioner, jpeg:bytes)->Reply:
     "Caption one prepared image, retrying transient failures."
     import requests
     image = dict(type='image_url', image_url=dict(url=_data_url(jpeg)))
-    body = dict(model=self.spec.model, messages=_messages(self.spec, image),
+    body = dict(model=self.spec.model, messages=chat_messages(self.spec, image),
                 max_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature,
                 stream=True, stream_options=dict(include_usage=True))
     url, last = f'{self.endpoint}/chat/completions', ''
@@ -275,6 +275,7 @@ def _one(self:OpenAICaptioner, jpeg:bytes)->Reply:
                                          f'{r.text[:200]}')
                 if code >= 400: return Reply(None, 'rejected', f'HTTP {code}: {r.text[:200]}')
                 text, finish, tokens = _parse_stream(r.iter_lines())
+        except CaptionerError: raise  # a server that does not serve the model: configuration, not this image
         except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
                 ValueError, RuntimeError) as e:
             last = f'{type(e).__name__}: {str(e)[:200]}'
@@ -320,7 +321,7 @@ def _batch(self:TransformersCaptioner, jpegs:list)->list:
     "Replies for one batch of prepared JPEGs (raises on a bad image)."
     import torch
     ims = [Image.open(io.BytesIO(b)).convert('RGB') for b in jpegs]
-    chat = _messages(self.spec, dict(type='image'))
+    chat = chat_messages(self.spec, dict(type='image'))
     prompts = [self.processor.apply_chat_template(chat, add_generation_prompt=True) for _ in ims]
     x = self.processor(text=prompts, images=ims, padding=True, return_tensors='pt').to(self.device)
     t = self.spec.temperature
@@ -373,7 +374,7 @@ class VLLMCaptioner:
 @patch(nm='caption')
 def _vllm_caption(self:VLLMCaptioner, images:list)->list:
     "Replies for prepared JPEGs: one `LLM.chat` call over the batch."
-    chats = [_messages(self.spec, dict(type='image_url', image_url=dict(url=_data_url(b)))) for b in images]
+    chats = [chat_messages(self.spec, dict(type='image_url', image_url=dict(url=_data_url(b)))) for b in images]
     outs = self.llm.chat(chats, self.params, use_tqdm=False)
     return [judge(o.outputs[0].text, finish_reason=o.outputs[0].finish_reason,
                   output_tokens=len(o.outputs[0].token_ids), max_chars=self.spec.max_chars) for o in outs]

@@ -397,6 +397,13 @@ def wait(self:Browser):
     "Wait for a pending debounced search (for scripts and tests)."
     if isinstance(self._timer, threading.Timer): self._timer.join()
 
+# %% ../nbs/04_explore.ipynb #64af71d0
+def _size(r:dict)->str:
+    "A row's displayed size as `W×H` ('size unknown' for a row that has none)."
+    w, h = r.get('width'), r.get('height')
+    if w is None or h is None or w != w or h != h: return 'size unknown'   # None or NaN
+    return f'{int(w)}×{int(h)}'
+
 # %% ../nbs/04_explore.ipynb #47326d63
 @patch
 def _tile(self:Browser, r:dict):
@@ -408,7 +415,7 @@ def _tile(self:Browser, r:dict):
     cap = cap if isinstance(cap, str) else ''
     label = W.HTML(f"<div style='font-size:11px;line-height:1.25;width:{self.thumb + 56}px;overflow:hidden' "
                    f"title='{html.escape(cap, True)}'><b class='prx-id'>{html.escape(r['id'])}</b><br>"
-                   f"{r['width']}×{r['height']} · {html.escape(str(r['source']))}"
+                   f"{_size(r)} · {html.escape(str(r['source']))}"
                    + (f" · {html.escape(r['status'])}" if r['status'] != 'ok' else '')
                    + f"<br><i class='prx-caption'>{html.escape(cap[:90])}</i></div>")
     b = W.Button(description='similar', tooltip=f"images like {r['id']}", layout=W.Layout(width='90px'))
