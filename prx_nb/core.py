@@ -45,12 +45,14 @@ def _undash(argv:list)->list:
 def call_parse(func):
     "fastcore's `call_parse`, also taking `--dashed-options`."
     from fastcore.script import call_parse as _cp
-    import functools, sys
+    import contextvars, functools, sys
     inner = _cp(func)
     @functools.wraps(func)
     def _f(*args, **kwargs):
-        if not (args or kwargs): sys.argv[1:] = _undash(sys.argv[1:])
-        return inner(*args, **kwargs)
+        if args or kwargs: return inner(*args, **kwargs)
+        sys.argv[1:] = _undash(sys.argv[1:])
+        # a fresh context: fastcore skips parsing inside another script's call (nbdev_test is one)
+        return contextvars.Context().run(inner)
     return _f
 
 # %% ../nbs/00_core.ipynb #78075510
