@@ -10,8 +10,8 @@ from fastcore.basics import patch
 from PIL import Image, ImageOps
 
 # %% auto #0
-__all__ = ['STATUS', 'SUPPORTED_FORMATS', 'SUPPORTED_MODES', 'MAX_PIXELS', 'call_parse', 'Engine', 'as_engine', 'tiny_image',
-           'with_orientation', 'ImageInfo', 'probe_image', 'open_rgb']
+__all__ = ['STATUS', 'SUPPORTED_FORMATS', 'SUPPORTED_MODES', 'MAX_PIXELS', 'call_parse', 'run_script', 'script_exit', 'Engine',
+           'as_engine', 'tiny_image', 'with_orientation', 'ImageInfo', 'probe_image', 'open_rgb']
 
 # %% ../nbs/00_core.ipynb #31984678
 STATUS = {
@@ -54,6 +54,26 @@ def call_parse(func):
         # a fresh context: fastcore skips parsing inside another script's call (nbdev_test is one)
         return contextvars.Context().run(inner)
     return _f
+
+# %% ../nbs/00_core.ipynb #82b43d79
+def run_script(f, # a console script (a `call_parse` function)
+               *args, # its command line
+              )->str:
+    "What the console script `f` prints when run on the command line `args`."
+    import io, sys
+    from contextlib import redirect_stdout
+    from unittest import mock
+    with mock.patch.object(sys, 'argv', [f.__name__, *map(str, args)]), redirect_stdout(io.StringIO()) as out: f()
+    return out.getvalue()
+
+# %% ../nbs/00_core.ipynb #27d5b112
+def script_exit(f, # a console script (a `call_parse` function)
+                *args, # its command line
+               )->str:
+    "The message the console script `f` exits with on the command line `args`."
+    try: run_script(f, *args)
+    except SystemExit as e: return str(e)
+    raise AssertionError(f'{f.__name__} {" ".join(map(str, args))} did not exit')
 
 # %% ../nbs/00_core.ipynb #78075510
 @dataclass(frozen=True)
