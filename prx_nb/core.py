@@ -25,7 +25,7 @@ STATUS = {
     'unsupported_format': 'a format Pillow reads but prx_nb does not accept',
     'unreadable': 'the path or location could not be read',
 }
-SUPPORTED_FORMATS = {'JPEG', 'MPO', 'PNG', 'WEBP', 'GIF', 'BMP', 'TIFF', 'PPM'}
+SUPPORTED_FORMATS = {'JPEG', 'MPO', 'PNG', 'WEBP', 'GIF', 'BMP', 'TIFF', 'PPM', 'AVIF'}
 SUPPORTED_MODES = {'1', 'L', 'LA', 'La', 'P', 'PA', 'RGB', 'RGBA', 'RGBa', 'RGBX', 'CMYK', 'YCbCr',
                    'I', 'I;16', 'I;16L', 'I;16B', 'I;16N', 'F'}
 MAX_PIXELS = 16384 * 16384  # default pixel limit: 268 MP

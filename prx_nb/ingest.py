@@ -4,21 +4,21 @@
 
 # %% ../nbs/01_ingest.ipynb #0ca75166
 from __future__ import annotations
-import glob as _glob, json, os, tarfile, warnings
+import errno, json, warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
-import pyarrow as pa, pyarrow.compute as pc, pyarrow.csv as pcsv, pyarrow.parquet as pq
+import pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from fastcore.script import Param
 from tqdm.auto import tqdm
 from .core import probe_image, MAX_PIXELS, call_parse, Engine, as_engine
-from .table import open_table, read_path, write_back, check_fragments
+from .table import open_table, sql_in, write_back, check_fragments
+from .sources import Source, Task, KINDS, parse_source, plan_source, read_items
 
 # %% auto #0
-__all__ = ['SCHEMA', 'META_COLUMNS', 'KINDS', 'IMAGE_EXTS', 'SIDECAR_EXTS', 'make_row', 'Source', 'parse_source', 'Task',
-           'source_tasks', 'read_task', 'existing_ids', 'IngestSummary', 'ingest', 'EmbeddingsJoin',
-           'attach_embeddings', 'print_summary', 'prx_ingest']
+__all__ = ['SCHEMA', 'META_COLUMNS', 'make_row', 'read_task', 'DiskFullError', 'existing_ids', 'existing_rows', 'IngestSummary',
+           'ingest', 'EmbeddingsJoin', 'attach_embeddings', 'print_summary', 'prx_ingest']
 
 # %% ../nbs/01_ingest.ipynb #b7381373
 SCHEMA = pa.schema([
@@ -26,7 +26,8 @@ SCHEMA = pa.schema([
     ('image', pa.large_binary()), ('uri', pa.string()),
     ('width', pa.int32()), ('height', pa.int32()), ('format', pa.string()), ('mode', pa.string()),
     ('orientation', pa.int8()), ('nbytes', pa.int64()),
-    ('status', pa.string()), ('reason', pa.string()), ('caption_source', pa.string())])
+    ('status', pa.string()), ('reason', pa.string()), ('caption_source', pa.string()),
+    ('captions', pa.list_(pa.string()))])
 META_COLUMNS = [f.name for f in SCHEMA if f.name != 'image']
 
 # %% ../nbs/01_ingest.ipynb #4754da96
@@ -35,189 +36,50 @@ def make_row(source:str, # source name
              data:bytes|None, # encoded image (None if it could not be read)
              *,
              caption:str|None=None, # the caption the source shipped
+             captions:tuple|None=None, # every caption, when the source shipped several
              uri:str|None=None, # where the bytes live (metadata-only sources: the bytes are not stored)
              error:str|None=None, # why `data` could not be read
+             note:str='', # said in `reason` whatever the status (a key that had to be encoded)
              max_pixels:int=MAX_PIXELS, # decompression-bomb guard
             )->dict:
     "One table row: header facts and a status, never a decode"
     row = dict(id=f'{source}/{key}', source=source, key=key, image=None if uri else data, uri=uri,
                width=None, height=None, format=None, mode=None, orientation=None,
                nbytes=None if data is None else len(data), status='unreadable', reason=error or '',
-               caption_source=caption)
-    if data is None: return row
-    info = probe_image(data, max_pixels)
-    row.update(status=info.status, reason=info.reason)
-    if info.width:
-        row.update(width=info.width, height=info.height, format=info.format, mode=info.mode,
-                   orientation=info.orientation)
+               caption_source=caption, captions=list(captions) if captions else None)
+    if data is not None:
+        info = probe_image(data, max_pixels)
+        row.update(status=info.status, reason=info.reason)
+        if info.width:
+            row.update(width=info.width, height=info.height, format=info.format, mode=info.mode,
+                       orientation=info.orientation)
+    if note: row['reason'] = f"{row['reason']}; {note}" if row['reason'] else note
     return row
 
-# %% ../nbs/01_ingest.ipynb #44851bff
-KINDS = ('folder', 'parquet', 'wds', 'meta')
-
-@dataclass(frozen=True)
-class Source:
-    "A parsed source spec: kind, path and name"
-    kind: str # one of `KINDS`
-    path: str # a folder, a file or a glob
-    name: str # the source's name, the first part of each row's `id`
-
-# %% ../nbs/01_ingest.ipynb #192d4434
-def _default_name(kind:str, path:str)->str:
-    "The default name of a source at `path`"
-    p = Path(path).resolve() if kind == 'folder' else Path(path)
-    if kind == 'folder': return p.name
-    if kind == 'meta' and not any(c in path for c in '*?['): return p.stem
-    prefix = path[:min([path.index(c) for c in '*?[' if c in path] + [len(path)])]
-    return Path(prefix).name if prefix.endswith('/') else Path(prefix).parent.name
-
-# %% ../nbs/01_ingest.ipynb #98ca2d84
-def parse_source(spec:str, # `[NAME=]KIND:PATH`
-                )->Source:
-    "Parse `[NAME=]KIND:PATH`; `ValueError` says what is wrong"
-    name, _, rest = spec.rpartition('=') if '=' in spec.split(':', 1)[0] else ('', '', spec)
-    kind, sep, path = rest.partition(':')
-    if not sep or kind not in KINDS:
-        raise ValueError(f'bad source {spec!r}: expected [NAME=]KIND:PATH '
-                         f'with KIND one of {", ".join(KINDS)}')
-    if not _glob.glob(path): raise ValueError(f'source {spec!r}: nothing matches {path!r}')
-    if kind == 'folder' and not Path(path).is_dir():
-        raise ValueError(f'source {spec!r}: {path!r} is not a folder')
-    return Source(kind, path, name or _default_name(kind, path))
-
-# %% ../nbs/01_ingest.ipynb #21082f34
-@dataclass(frozen=True)
-class Task:
-    "A unit of reading work"
-    source: Source # the source it belongs to
-    path: str # the file (a folder source: the folder)
-    part: tuple = () # a Parquet row group `(g,)`, or a chunk of a folder's files
-
-# the members a WebDataset sample's image may be
-IMAGE_EXTS = {'.jpg', '.jpeg', '.png', '.webp', '.gif', '.bmp', '.tif', '.tiff', '.ppm', '.ico', '.mpo'}
-SIDECAR_EXTS = {'.txt', '.json', '.caption'} # files in a folder source that are not images
-
-# %% ../nbs/01_ingest.ipynb #10798a5c
-def source_tasks(src:Source, # the source to split
-                 files_per_task:int=64, # folder files per task
-                )->list:
-    "Split `src` into `Task`s"
-    if src.kind == 'folder':
-        root = Path(src.path)
-        files = sorted(str(p.relative_to(root).as_posix()) for p in root.rglob('*')
-                       if p.is_file() and p.suffix.lower() not in SIDECAR_EXTS and not p.name.startswith('.'))
-        return [Task(src, src.path, tuple(files[i:i + files_per_task]))
-                for i in range(0, len(files), files_per_task)]
-    paths = sorted(_glob.glob(src.path))
-    if src.kind == 'parquet':
-        return [Task(src, p, (g,)) for p in paths for g in range(pq.ParquetFile(p).num_row_groups)]
-    return [Task(src, p) for p in paths]
-
-# %% ../nbs/01_ingest.ipynb #2b5f117b
-def _given(data, reason:str):
-    "A `fetch` returning `data`, or None and `reason`"
-    return lambda: (data, '') if data is not None else (None, reason)
-
-# %% ../nbs/01_ingest.ipynb #fa47fb79
-def _read_folder(t:Task)->Iterator:
-    "Items of a folder task, captioned by `.txt` sidecars"
-    root = Path(t.path)
-    for key in t.part:
-        side = (root / key).with_suffix('.txt')
-        cap = side.read_text(errors='replace').strip() if side.exists() and side != root / key else None
-        yield key, (lambda p=str(root / key): read_path(p)), cap, None
-
-# %% ../nbs/01_ingest.ipynb #b93bef6f
-_CAPTION_COLS = ('caption', 'text', 'prompt', 'alt', 'TEXT', 'description')
-
-def _pick(names, wanted): return next((c for c in wanted if c in names), None)
-
-# %% ../nbs/01_ingest.ipynb #94468b67
-def _read_parquet(t:Task)->Iterator:
-    "Items of one Parquet row group"
-    f = pq.ParquetFile(t.path)
-    names = f.schema_arrow.names
-    img = _pick(names, ('image', 'img', 'jpg', 'bytes'))
-    img = img or next((n for n in names if pa.types.is_binary(f.schema_arrow.field(n).type)), None)
-    if img is None:
-        raise ValueError(f'{t.path}: no image column (looked for image/img/jpg/bytes or any binary column)')
-    cap, keycol = _pick(names, _CAPTION_COLS), _pick(names, ('key', 'id'))
-    tbl = f.read_row_group(t.part[0])
-    base = sum(f.metadata.row_group(i).num_rows for i in range(t.part[0]))
-    for i, r in enumerate(tbl.to_pylist()):
-        v = r[img]
-        data, path = (v.get('bytes'), v.get('path')) if isinstance(v, dict) else (v, None)
-        key = str(r[keycol]) if keycol else path or f'{Path(t.path).name}:{base + i}'
-        yield key, _given(data, 'null image bytes'), r.get(cap) if cap else None, None
-
-# %% ../nbs/01_ingest.ipynb #97ed76be
-def _wds_samples(tf:tarfile.TarFile)->Iterator:
-    "Consecutive tar members grouped by key"
-    cur, parts = None, {}
-    for m in tf:
-        if not m.isfile(): continue
-        d, b = os.path.split(m.name)
-        key, _, ext = b.partition('.')
-        key = f'{d}/{key}' if d else key
-        if key != cur and cur is not None:
-            yield cur, parts
-            parts = {}
-        cur = key
-        parts['.' + ext.lower()] = tf.extractfile(m).read()
-    if cur is not None: yield cur, parts
-
-# %% ../nbs/01_ingest.ipynb #083bc257
-def _read_wds(t:Task)->Iterator:
-    "Items of one WebDataset tar"
-    try:
-        with tarfile.open(t.path) as tf:
-            for key, parts in _wds_samples(tf):
-                ext = next((e for e in parts if e in IMAGE_EXTS), None)
-                meta = json.loads(parts['.json']) if '.json' in parts else {}
-                txt = parts.get('.txt')
-                cap = txt.decode('utf-8', 'replace').strip() if txt is not None else meta.get('caption')
-                yield key, _given(parts.get(ext), f'no image member among {sorted(parts)}'), cap, None
-    except (tarfile.TarError, OSError, EOFError) as e:
-        yield f'{Path(t.path).name}:unreadable', _given(None, f'{type(e).__name__}: {e}'), None, None
-
-# %% ../nbs/01_ingest.ipynb #126f6199
-def _read_table(p:Path)->pa.Table:
-    "A metadata table from Parquet, JSON lines or CSV"
-    if p.suffix == '.parquet': return pq.read_table(p)
-    if p.suffix in ('.jsonl', '.ndjson'):
-        return pa.Table.from_pylist([json.loads(l) for l in p.read_text().splitlines() if l.strip()])
-    return pcsv.read_csv(p)
-
-# %% ../nbs/01_ingest.ipynb #0b540bd5
-def _read_meta(t:Task)->Iterator:
-    "Items of a metadata table, one uri per row"
-    p = Path(t.path)
-    tbl = _read_table(p)
-    uri_col = _pick(tbl.column_names, ('uri', 'url', 'path', 'image_path', 'location'))
-    if uri_col is None: raise ValueError(f'{p}: a metadata table needs a uri/url/path column')
-    cap, keycol = _pick(tbl.column_names, _CAPTION_COLS), _pick(tbl.column_names, ('key', 'id'))
-    for r in tbl.to_pylist():
-        u = r[uri_col]
-        loc = u if '://' in u or os.path.isabs(u) else str(p.parent / u)
-        yield str(r[keycol]) if keycol else u, (lambda p=loc: read_path(p)), r.get(cap) if cap else None, loc
-
 # %% ../nbs/01_ingest.ipynb #7a44c5df
-_READERS = dict(folder=_read_folder, parquet=_read_parquet, wds=_read_wds, meta=_read_meta)
-
 def read_task(t:Task, # the task to read
-              skip:set|frozenset=frozenset(), # ids not to read (checked lazily: the caller may add to it)
+              skip:set|frozenset=frozenset(), # ids not to read
               *,
+              recheck:dict|None=None, # id -> stored nbytes, of rows in the table that are not `ok`
+              retry_failed:bool=False, # re-probe every `recheck` row, changed or not
               max_pixels:int=MAX_PIXELS, # decompression-bomb guard
-              skipped:list|None=None, # receives the ids that were skipped
+              skipped:list|None=None, # receives the ids that were not read again
+              replaced:set|None=None, # receives the `recheck` ids whose new row replaces the old one
              )->Iterator:
     "Rows (dicts) of one task, leaving out the ids in `skip`"
-    for key, fetch, cap, uri in _READERS[t.source.kind](t):
-        i = f'{t.source.name}/{key}'
+    for it in read_items(t):
+        i = f'{t.source.name}/{it.key}'
         if i in skip:
             if skipped is not None: skipped.append(i)
             continue
-        data, err = fetch()
-        yield make_row(t.source.name, key, data, caption=cap, uri=uri, error=err, max_pixels=max_pixels)
+        data, err = it.fetch()
+        if recheck is not None and i in recheck:
+            if not retry_failed and (None if data is None else len(data)) == recheck[i]:
+                if skipped is not None: skipped.append(i)
+                continue
+            if replaced is not None: replaced.add(i)
+        yield make_row(t.source.name, it.key, data, caption=it.caption, captions=it.captions, uri=it.uri,
+                       error=err, note=it.note, max_pixels=max_pixels)
 
 # %% ../nbs/01_ingest.ipynb #fd8a385c
 def _conform(rows:list, schema:pa.Schema)->pa.RecordBatch:
@@ -246,12 +108,40 @@ def _commit(table:str, batches:Iterator, *, schema:pa.Schema, rows_per_fragment:
     reader = pa.RecordBatchReader.from_batches(schema, batches)
     lance.write_dataset(reader, str(table), schema=schema, mode=mode, max_rows_per_file=rows_per_fragment)
 
+class DiskFullError(OSError):
+    "The disk filled up while writing the table; what was committed before is intact"
+
+def _disk_full(e:BaseException)->bool:
+    "Whether `e` (an OSError, or Lance's error around one) says the disk is full"
+    return getattr(e, 'errno', None) == errno.ENOSPC or 'No space left on device' in str(e)
+
 # %% ../nbs/01_ingest.ipynb #7ca81f3d
 def existing_ids(table:str|Path, # path or URI of the Lance table
                 )->set:
     "The ids already in `table` (empty if it is missing)"
     ds = open_table(table, missing_ok=True)
     return set() if ds is None else set(ds.to_table(columns=['id']).column('id').to_pylist())
+
+# %% ../nbs/01_ingest.ipynb #9e3bcaa2
+def existing_rows(table:str|Path, # path or URI of the Lance table
+                 )->tuple:
+    "`(ok, failed)`: the ids of `ok` rows, and `{id: nbytes}` of the others (empty if `table` is missing)"
+    ds = open_table(table, missing_ok=True)
+    if ds is None: return set(), {}
+    t = ds.to_table(columns=['id', 'status', 'nbytes'])
+    ok = pc.equal(t['status'], 'ok').fill_null(False)
+    bad = t.filter(pc.invert(ok))
+    return set(t.filter(ok)['id'].to_pylist()), dict(zip(bad['id'].to_pylist(), bad['nbytes'].to_pylist()))
+
+# %% ../nbs/01_ingest.ipynb #cfdbd145
+def _widen(table:str, ds)->None:
+    "Add the columns of `SCHEMA` a table made by an older ingest lacks (all null)"
+    missing = [f for f in SCHEMA if f.name not in ds.schema.names]
+    if missing: ds.add_columns(missing)
+
+def _replace(table:str, rows:list, schema:pa.Schema)->None:
+    "Replace the rows with these ids by `rows` (one commit)"
+    if rows: open_table(table).merge_insert('id').when_matched_update_all().execute(pa.Table.from_batches([_conform(rows, schema)]))
 
 # %% ../nbs/01_ingest.ipynb #97fdb058
 @dataclass
@@ -260,7 +150,11 @@ class IngestSummary:
     table: str # the Lance table
     added: Counter = field(default_factory=Counter) # rows added per (source, status)
     already_present: int|None = 0 # rows not read again (None on the Ray path, which does not count them)
-    duplicate_keys: int = 0 # rows whose id a source repeated
+    replaced: Counter = field(default_factory=Counter) # failed rows read again whose new row replaced them
+    merged: int = 0 # rows folded into another row with the same key and image (their captions kept)
+    rekeyed: int = 0 # rows whose key repeated with a different image, keyed by file and row instead
+    left_out: list = field(default_factory=list) # files a source matched that are not of its kind (not read)
+    duplicate_keys: int = 0 # rows whose id came twice after planning (0 unless a source changed mid-run)
     version: int = 0 # the table's version after the run
     fragments: int = 0 # the table's fragments after the run
     embeddings: EmbeddingsJoin|None = None # what joining the embeddings side table did, when one was given
@@ -274,43 +168,57 @@ def _take(it:Iterator, n:int)->Iterator:
 
 # %% ../nbs/01_ingest.ipynb #abf9225a
 def _local(tasks:list, table:str, *, skip:set, skipped:list, schema:pa.Schema, summary:IngestSummary,
-           rows_per_fragment:int, commit_rows:int, max_pixels:int, progress:bool):
-    "Single-process ingest, a commit per `commit_rows` rows"
+           rows_per_fragment:int, commit_rows:int, max_pixels:int, progress:bool, recheck:dict,
+           retry_failed:bool):
+    "Single-process ingest, a commit per `commit_rows` rows; failed rows that changed replaced at the end"
+    replaced, new = set(), []
     def rows():
         for t in tqdm(tasks, desc='ingest', unit='task', disable=not progress):
-            for r in read_task(t, skip, max_pixels=max_pixels, skipped=skipped):
+            for r in read_task(t, skip, recheck=recheck, retry_failed=retry_failed, max_pixels=max_pixels,
+                               skipped=skipped, replaced=replaced):
                 skip.add(r['id'])
+                if r['id'] in replaced:
+                    new.append(r); summary.replaced[(r['source'], r['status'])] += 1
+                    continue
                 summary.added[(r['source'], r['status'])] += 1
                 yield r
     it = iter(rows())
     while (first := next(it, None)) is not None:
         chunk = (r for part in ([first], _take(it, commit_rows - 1)) for r in part)
         _commit(table, _batches(chunk, schema), schema=schema, rows_per_fragment=rows_per_fragment)
+    for i in range(0, len(new), 256): _replace(table, new[i:i + 256], schema)
 
 # %% ../nbs/01_ingest.ipynb #652797f2
 def _task_dict(t:Task)->dict:
     "A `Task` as one flat row for Ray Data"
-    return dict(kind=t.source.kind, path=t.source.path, name=t.source.name, file=t.path,
-                part=json.dumps(list(t.part)))
+    s = t.source
+    return dict(source=json.dumps([s.kind, s.path, s.name, s.caption_column]), file=t.path,
+                plan=json.dumps([list(t.part), list(t.keys), [list(c) if c else None for c in t.captions]]))
+
+def _task(d:dict)->Task:
+    "The `Task` of a `_task_dict` row"
+    part, keys, caps = json.loads(d['plan'])
+    return Task(Source(*json.loads(d['source'])), d['file'], tuple(part), tuple(keys),
+                tuple(tuple(c) if c else None for c in caps))
 
 def _ray_read(batch:pa.Table, schema:pa.Schema, skip, max_pixels:int)->Iterator:
     "Ray Data UDF: the rows of the tasks in `batch`"
     import ray
     skip = ray.get(skip) if isinstance(skip, ray.ObjectRef) else skip
     for d in batch.to_pylist():
-        t = Task(Source(d['kind'], d['path'], d['name']), d['file'], tuple(json.loads(d['part'])))
-        for b in _batches(read_task(t, skip, max_pixels=max_pixels), schema):
+        for b in _batches(read_task(_task(d), skip, max_pixels=max_pixels), schema):
             yield pa.Table.from_batches([b])
 
 # %% ../nbs/01_ingest.ipynb #b59a83f1
 def _ray(tasks:list, table:str, *, skip:set, schema:pa.Schema, summary:IngestSummary,
-         rows_per_fragment:int, max_pixels:int, engine:Engine, rows_per_write:int):
+         rows_per_fragment:int, max_pixels:int, engine:Engine, rows_per_write:int, recheck:dict):
     "Ray Data ingest: parallel reads, one commit"
     import lance_ray
     ray = engine.start()
     ds = ray.data.from_items([_task_dict(t) for t in tasks], override_num_blocks=len(tasks))
+    skip = frozenset(skip) | frozenset(recheck)  # failed rows are read again on the driver, after
     ds = ds.map_batches(_ray_read, batch_size=1, batch_format='pyarrow',
-                        fn_kwargs=dict(schema=schema, skip=ray.put(frozenset(skip)), max_pixels=max_pixels))
+                        fn_kwargs=dict(schema=schema, skip=ray.put(skip), max_pixels=max_pixels))
     mode = 'create' if open_table(table, missing_ok=True) is None else 'append'
     lance_ray.write_lance(ds, table, schema=schema, mode=mode, max_rows_per_file=rows_per_fragment,
                           min_rows_per_file=min(rows_per_write, rows_per_fragment))
@@ -320,8 +228,31 @@ def _ray(tasks:list, table:str, *, skip:set, schema:pa.Schema, summary:IngestSum
     summary.already_present = None  # the workers skip present ids without reporting them
     summary.duplicate_keys = len(new) - len(set(new['id'].to_pylist()))
     if summary.duplicate_keys:
-        warnings.warn(f'{summary.duplicate_keys} ids occur twice: a source repeats a key across tasks; '
-                      'the single-process path keeps the first')
+        warnings.warn(f'{summary.duplicate_keys} ids occur twice: a source changed while it was read')
+
+# %% ../nbs/01_ingest.ipynb #45dcbff5
+def _write(table:str, ds, tasks:list, summary:IngestSummary, *, engine, rows_per_fragment:int, commit_rows:int,
+           max_pixels:int, rows_per_write:int, retry_failed:bool, progress:bool):
+    "Read `tasks` into `table`: new rows appended, failed rows that changed replaced"
+    engine = as_engine(engine)
+    if ds is not None: _widen(table, ds); ds = open_table(table)
+    schema = ds.schema if ds is not None else SCHEMA
+    ok, failed = existing_rows(table)
+    skip, skipped = set(ok), []
+    kw = dict(schema=schema, summary=summary, rows_per_fragment=rows_per_fragment, max_pixels=max_pixels)
+    local = dict(commit_rows=commit_rows, progress=progress, retry_failed=retry_failed, **kw)
+    if engine.is_ray:
+        _ray(tasks, table, skip=skip, engine=engine, rows_per_write=rows_per_write, recheck=failed, **kw)
+        if failed:  # the few failed rows, read again here (their sources' tasks only)
+            names = {i.split('/', 1)[0] for i in failed}
+            again = [t for t in tasks if t.source.name in names]
+            everything = existing_ids(table) - set(failed)
+            _local(again, table, skip=everything, skipped=[], recheck=failed, **local)
+    else:
+        _local(tasks, table, skip=skip, skipped=skipped, recheck=failed, **local)
+        present = set(ok) | set(failed)
+        summary.already_present = sum(i in present for i in skipped)
+        summary.duplicate_keys = len(skipped) - summary.already_present
 
 # %% ../nbs/01_ingest.ipynb #45f56ad5
 def ingest(table:str|Path, # path or URI of the Lance table (created if missing)
@@ -333,29 +264,35 @@ def ingest(table:str|Path, # path or URI of the Lance table (created if missing)
            max_pixels:int=MAX_PIXELS, # decompression-bomb guard
            engine:Engine|str='local', # where it runs: 'local', 'ray' or an `Engine`
            ray_rows_per_write:int=4096, # Ray: rows a worker gathers before writing a fragment
+           caption_column:str|None=None, # read every source's captions from this field (see `caption_rule`)
+           retry_failed:bool=False, # re-probe rows that are not `ok` even when their bytes did not change
            progress:bool=True, # show a progress bar
           )->IngestSummary:
-    "Ingest `sources` into `table`, reading only new ids"
+    "Ingest `sources` into `table`, reading only new ids (and failed rows whose bytes changed)"
     engine = as_engine(engine)
     if commit_rows < 1 or rows_per_fragment < 1:
         raise ValueError('commit_rows and rows_per_fragment must be positive')
     srcs = [s if isinstance(s, Source) else parse_source(s) for s in sources]
+    if caption_column: srcs = [Source(s.kind, s.path, s.name, caption_column) for s in srcs]
     names = Counter(s.name for s in srcs)
     if max(names.values(), default=0) > 1:
         raise ValueError(f'two sources share a name ({names.most_common(1)[0][0]!r}): '
                          'name them with NAME=KIND:PATH')
+    summary = IngestSummary(str(table))
+    plans = [plan_source(s) for s in srcs]  # every spec checked, every key decided, before any work
+    tasks = [t for p in plans for t in p.tasks]
+    summary.merged, summary.rekeyed = sum(p.merged for p in plans), sum(p.rekeyed for p in plans)
+    summary.left_out = [f for p in plans for f in p.left_out]
     table, ds = str(table), open_table(table, missing_ok=True)
-    schema = ds.schema if ds is not None else SCHEMA
-    existing = existing_ids(table)
-    skip, skipped = set(existing), []
-    summary, tasks = IngestSummary(table), [t for s in srcs for t in source_tasks(s)]
-    kw = dict(skip=skip, schema=schema, summary=summary, rows_per_fragment=rows_per_fragment,
-              max_pixels=max_pixels)
-    if engine.is_ray: _ray(tasks, table, engine=engine, rows_per_write=ray_rows_per_write, **kw)
-    else:
-        _local(tasks, table, skipped=skipped, commit_rows=commit_rows, progress=progress, **kw)
-        summary.already_present = sum(i in existing for i in skipped)
-        summary.duplicate_keys = len(skipped) - summary.already_present
+    try: _write(table, ds, tasks, summary, engine=engine, rows_per_fragment=rows_per_fragment,
+                commit_rows=commit_rows, max_pixels=max_pixels, rows_per_write=ray_rows_per_write,
+                retry_failed=retry_failed, progress=progress)
+    except Exception as e:
+        if not _disk_full(e): raise
+        now = open_table(table, missing_ok=True)
+        kept = 'no table was created' if now is None else f'the table is intact at version {now.version} ({now.count_rows():,} rows)'
+        raise DiskFullError(errno.ENOSPC, f'no space left on the device writing {table}: {kept}; free space and rerun '
+                            '(committed rows are kept and not read again)') from None
     if embeddings: summary.embeddings = attach_embeddings(table, embeddings)
     ds = open_table(table, missing_ok=True)
     if ds is not None:
@@ -418,14 +355,22 @@ def print_summary(s:IngestSummary, # what `ingest` returned
     "Print what an ingest added, and rows by source and status"
     import lance, pandas as pd
     present = f', {s.already_present:,} already present' if s.already_present else ''
-    dups = f', {s.duplicate_keys:,} duplicate keys skipped' if s.duplicate_keys else ''
-    print(f'{s.table}: +{s.n_added:,} rows{present}{dups}; version {s.version}, {s.fragments} fragments')
+    replaced = f', {sum(s.replaced.values()):,} failed rows read again and replaced' if s.replaced else ''
+    dups = f', {s.duplicate_keys:,} repeated ids skipped' if s.duplicate_keys else ''
+    print(f'{s.table}: +{s.n_added:,} rows{present}{replaced}{dups}; version {s.version}, {s.fragments} fragments')
+    if s.merged: print(f'{s.merged:,} table rows repeated a key and an image: merged into one row each, '
+                       'their captions kept in `captions`')
+    if s.rekeyed: print(f'{s.rekeyed:,} rows repeated a key with a different image: keyed by file and row instead')
+    if s.left_out:
+        shown = ', '.join(Path(f).name for f in s.left_out[:4]) + (' …' if len(s.left_out) > 4 else '')
+        print(f'{len(s.left_out):,} files not read (not of their source\'s kind): {shown}')
     if getattr(s, 'embeddings', None): print(f'embeddings: {s.embeddings}')
     t = lance.dataset(s.table).to_table(columns=['source', 'status']).to_pandas()
     print(pd.crosstab(t.source, t.status, margins=True, margins_name='total').to_string())
 
 # %% ../nbs/01_ingest.ipynb #641e9ede
-_SOURCES = Param('source specs: [NAME=]folder:DIR, parquet:GLOB, wds:GLOB or meta:FILE', str, nargs='+')
+_SOURCES = Param('source specs: [NAME=]KIND:PATH, KIND one of folder:DIR, parquet:FILE|GLOB|DIR, '
+                 'wds:TAR|GLOB|{a..b}|DIR, meta:TABLE, hf:SAVE_TO_DISK_DIR', str, nargs='+')
 
 @call_parse
 def prx_ingest(sources:_SOURCES,
@@ -437,6 +382,8 @@ def prx_ingest(sources:_SOURCES,
                ray:bool=False, # run on Ray Data (a local Ray unless --ray-address)
                ray_address:str=None, # address of a Ray cluster
                workers:int=None, # CPUs of a local Ray (default: all)
+               caption_column:str=None, # read captions from this column / member / sidecar (json.caption: a field)
+               retry_failed:bool=False, # re-probe rows that are not ok even when their bytes did not change
                quiet:bool=False, # no progress bar
               ):
     "Ingest image sources into one Lance table (header facts and a status per image)."
@@ -444,6 +391,7 @@ def prx_ingest(sources:_SOURCES,
     try:
         engine = Engine('ray', ray_address, workers) if ray else Engine()
         s = ingest(table, sources, embeddings=embeddings, rows_per_fragment=rows_per_fragment,
-                   commit_rows=commit_rows, max_pixels=max_pixels, engine=engine, progress=not quiet)
-    except ValueError as e: raise SystemExit(f'prx_ingest: {e}') from None
+                   commit_rows=commit_rows, max_pixels=max_pixels, engine=engine, caption_column=caption_column,
+                   retry_failed=retry_failed, progress=not quiet)
+    except (ValueError, DiskFullError) as e: raise SystemExit(f'prx_ingest: {e}') from None
     print_summary(s)

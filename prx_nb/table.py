@@ -4,7 +4,7 @@
 
 # %% ../nbs/00c_table.ipynb #b41f19a6
 from __future__ import annotations
-import warnings
+import time, urllib.error, urllib.request, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import pyarrow as pa, pyarrow.compute as pc, pyarrow.fs as pafs
@@ -12,8 +12,9 @@ from tqdm.auto import tqdm
 from .core import call_parse, Engine, as_engine
 
 # %% auto #0
-__all__ = ['open_table', 'sql_str', 'sql_in', 'read_path', 'image_bytes', 'write_back', 'ColumnFill', 'fill_column',
-           'FragmentHealth', 'fragment_health', 'check_fragments', 'compact', 'prx_compact']
+__all__ = ['HTTP_TRIES', 'HTTP_TIMEOUT', 'open_table', 'sql_str', 'sql_in', 'read_path', 'image_bytes', 'write_back',
+           'ColumnFill', 'fill_column', 'FragmentHealth', 'fragment_health', 'check_fragments', 'compact',
+           'prx_compact']
 
 # %% ../nbs/00c_table.ipynb #72ea3b80
 _SESSIONS = {}
@@ -45,10 +46,27 @@ def sql_in(col:str, # the column
     return f"{col} IN ({', '.join(map(sql_str, values))})" if values else 'false'
 
 # %% ../nbs/00c_table.ipynb #d3e2df63
-def read_path(path:str, # a local path, a file:// URI or any URI pyarrow opens (s3://, gs://, …)
+HTTP_TRIES, HTTP_TIMEOUT = 3, 30 # http(s): attempts (server errors and dropped connections retried), seconds each
+
+def _http_get(url:str)->tuple:
+    "(bytes, '') of an http(s) URL, retrying server errors; (None, reason) naming the URL"
+    for attempt in range(HTTP_TRIES):
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers={'User-Agent': 'prx_nb'}),
+                                        timeout=HTTP_TIMEOUT) as r: return r.read(), ''
+        except urllib.error.HTTPError as e:
+            if e.code < 500 or attempt == HTTP_TRIES - 1: return None, f'HTTP Error {e.code}: {e.reason} ({url})'
+        except (urllib.error.URLError, OSError) as e:
+            if attempt == HTTP_TRIES - 1:
+                why = getattr(e, 'reason', e)
+                return None, f'{type(e).__name__}: {why} ({url}, {HTTP_TRIES} tries)'
+        time.sleep(0.2 * 2 ** attempt)
+
+def read_path(path:str, # a local path, a file:// URI, an http(s):// URL or any URI pyarrow opens (s3://, gs://, …)
              )->tuple:
     "(bytes, '') of the file at `path`, or (None, reason)."
     try:
+        if path.startswith(('http://', 'https://')): return _http_get(path)
         if '://' in path and not path.startswith('file://'):
             fs, p = pafs.FileSystem.from_uri(path)
             with fs.open_input_stream(p) as f: return f.read(), ''

@@ -6,7 +6,7 @@ from prx_nb.ingest import ingest
 
 
 def rows(table):
-    return {r['key']: r for r in lance.dataset(str(table)).to_table(columns=['key', 'status', 'reason', 'width', 'height']).to_pylist()}
+    return {r['key']: r for r in lance.dataset(str(table)).to_table(columns=['key', 'status', 'reason', 'width', 'height', 'caption_source', 'captions']).to_pylist()}
 
 
 def test_every_bad_file_gets_its_status(tmp_path, bad_dir):
@@ -29,7 +29,10 @@ def test_metadata_table_with_unreadable_locations(tmp_path):
     pq.write_table(pa.table({'uri': uris, 'caption': ['a', 'b', 'c', 'd']}), tmp_path / 'cat.parquet')
     ingest(tmp_path / 't.lance', [f'meta:{tmp_path}/cat.parquet'], progress=False)
     got = rows(tmp_path / 't.lance')
-    assert [got[u]['status'] for u in uris] == ['ok', 'unreadable', 'unreadable', 'ok']
+    # the absolute location names the same file as the first row: one image, both captions kept, no double slash
+    assert sorted(got) == ['store/a.jpg', 'store/adir.jpg', 'store/missing.jpg']
+    assert [got[u]['status'] for u in uris[:3]] == ['ok', 'unreadable', 'unreadable']
+    assert (got['store/a.jpg']['caption_source'], got['store/a.jpg']['captions']) == ('a', ['a', 'd'])
     assert 'FileNotFoundError' in got['store/missing.jpg']['reason'] and 'IsADirectoryError' in got['store/adir.jpg']['reason']
     t = lance.dataset(str(tmp_path / 't.lance')).to_table(columns=['image', 'uri']).to_pylist()
     assert all(r['image'] is None and r['uri'] for r in t)  # metadata-only: bytes stay where they are
