@@ -122,7 +122,7 @@ def existing_ids(table:str|Path, # path or URI of the Lance table
     ds = open_table(table, missing_ok=True)
     return set() if ds is None else set(ds.to_table(columns=['id']).column('id').to_pylist())
 
-# %% ../nbs/01_ingest.ipynb #9e3bcaa2
+# %% ../nbs/01_ingest.ipynb #79a6ec2e
 def existing_rows(table:str|Path, # path or URI of the Lance table
                  )->tuple:
     "`(ok, failed)`: the ids of `ok` rows, and `{id: nbytes}` of the others (empty if `table` is missing)"
@@ -133,7 +133,7 @@ def existing_rows(table:str|Path, # path or URI of the Lance table
     bad = t.filter(pc.invert(ok))
     return set(t.filter(ok)['id'].to_pylist()), dict(zip(bad['id'].to_pylist(), bad['nbytes'].to_pylist()))
 
-# %% ../nbs/01_ingest.ipynb #cfdbd145
+# %% ../nbs/01_ingest.ipynb #9ac76b49
 def _widen(table:str, ds)->None:
     "Add the columns of `SCHEMA` a table made by an older ingest lacks (all null)"
     missing = [f for f in SCHEMA if f.name not in ds.schema.names]
@@ -193,13 +193,13 @@ def _task_dict(t:Task)->dict:
     "A `Task` as one flat row for Ray Data"
     s = t.source
     return dict(source=json.dumps([s.kind, s.path, s.name, s.caption_column]), file=t.path,
-                plan=json.dumps([list(t.part), list(t.keys), [list(c) if c else None for c in t.captions]]))
+                plan=json.dumps([list(t.part), list(t.keys), [list(c) if isinstance(c, tuple) else c for c in t.captions]]))
 
 def _task(d:dict)->Task:
     "The `Task` of a `_task_dict` row"
     part, keys, caps = json.loads(d['plan'])
     return Task(Source(*json.loads(d['source'])), d['file'], tuple(part), tuple(keys),
-                tuple(tuple(c) if c else None for c in caps))
+                tuple(tuple(c) if isinstance(c, list) else c for c in caps))
 
 def _ray_read(batch:pa.Table, schema:pa.Schema, skip, max_pixels:int)->Iterator:
     "Ray Data UDF: the rows of the tasks in `batch`"
@@ -230,7 +230,7 @@ def _ray(tasks:list, table:str, *, skip:set, schema:pa.Schema, summary:IngestSum
     if summary.duplicate_keys:
         warnings.warn(f'{summary.duplicate_keys} ids occur twice: a source changed while it was read')
 
-# %% ../nbs/01_ingest.ipynb #45dcbff5
+# %% ../nbs/01_ingest.ipynb #8112296c
 def _write(table:str, ds, tasks:list, summary:IngestSummary, *, engine, rows_per_fragment:int, commit_rows:int,
            max_pixels:int, rows_per_write:int, retry_failed:bool, progress:bool):
     "Read `tasks` into `table`: new rows appended, failed rows that changed replaced"
