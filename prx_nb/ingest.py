@@ -122,7 +122,7 @@ def existing_ids(table:str|Path, # path or URI of the Lance table
     ds = open_table(table, missing_ok=True)
     return set() if ds is None else set(ds.to_table(columns=['id']).column('id').to_pylist())
 
-# %% ../nbs/01_ingest.ipynb #79a6ec2e
+# %% ../nbs/01_ingest.ipynb #46ecea9e
 def existing_rows(table:str|Path, # path or URI of the Lance table
                  )->tuple:
     "`(ok, failed)`: the ids of `ok` rows, and `{id: nbytes}` of the others (empty if `table` is missing)"
@@ -133,7 +133,7 @@ def existing_rows(table:str|Path, # path or URI of the Lance table
     bad = t.filter(pc.invert(ok))
     return set(t.filter(ok)['id'].to_pylist()), dict(zip(bad['id'].to_pylist(), bad['nbytes'].to_pylist()))
 
-# %% ../nbs/01_ingest.ipynb #9ac76b49
+# %% ../nbs/01_ingest.ipynb #4fb17e91
 def _widen(table:str, ds)->None:
     "Add the columns of `SCHEMA` a table made by an older ingest lacks (all null)"
     missing = [f for f in SCHEMA if f.name not in ds.schema.names]
@@ -198,8 +198,9 @@ def _task_dict(t:Task)->dict:
 def _task(d:dict)->Task:
     "The `Task` of a `_task_dict` row"
     part, keys, caps = json.loads(d['plan'])
-    return Task(Source(*json.loads(d['source'])), d['file'], tuple(part), tuple(keys),
-                tuple(tuple(c) if isinstance(c, list) else c for c in caps))
+    kind, path, name, caption_column = json.loads(d['source'])
+    return Task(Source(kind, path, name, caption_column=caption_column), d['file'], tuple(part), keys=tuple(keys),
+                captions=tuple(tuple(c) if isinstance(c, list) else c for c in caps))
 
 def _ray_read(batch:pa.Table, schema:pa.Schema, skip, max_pixels:int)->Iterator:
     "Ray Data UDF: the rows of the tasks in `batch`"
@@ -230,8 +231,8 @@ def _ray(tasks:list, table:str, *, skip:set, schema:pa.Schema, summary:IngestSum
     if summary.duplicate_keys:
         warnings.warn(f'{summary.duplicate_keys} ids occur twice: a source changed while it was read')
 
-# %% ../nbs/01_ingest.ipynb #8112296c
-def _write(table:str, ds, tasks:list, summary:IngestSummary, *, engine, rows_per_fragment:int, commit_rows:int,
+# %% ../nbs/01_ingest.ipynb #cde9c035
+def _write(table:str, ds, *, tasks:list, summary:IngestSummary, engine, rows_per_fragment:int, commit_rows:int,
            max_pixels:int, rows_per_write:int, retry_failed:bool, progress:bool):
     "Read `tasks` into `table`: new rows appended, failed rows that changed replaced"
     engine = as_engine(engine)
@@ -273,7 +274,7 @@ def ingest(table:str|Path, # path or URI of the Lance table (created if missing)
     if commit_rows < 1 or rows_per_fragment < 1:
         raise ValueError('commit_rows and rows_per_fragment must be positive')
     srcs = [s if isinstance(s, Source) else parse_source(s) for s in sources]
-    if caption_column: srcs = [Source(s.kind, s.path, s.name, caption_column) for s in srcs]
+    if caption_column: srcs = [Source(s.kind, s.path, s.name, caption_column=caption_column) for s in srcs]
     names = Counter(s.name for s in srcs)
     if max(names.values(), default=0) > 1:
         raise ValueError(f'two sources share a name ({names.most_common(1)[0][0]!r}): '
@@ -284,7 +285,7 @@ def ingest(table:str|Path, # path or URI of the Lance table (created if missing)
     summary.merged, summary.rekeyed = sum(p.merged for p in plans), sum(p.rekeyed for p in plans)
     summary.left_out = [f for p in plans for f in p.left_out]
     table, ds = str(table), open_table(table, missing_ok=True)
-    try: _write(table, ds, tasks, summary, engine=engine, rows_per_fragment=rows_per_fragment,
+    try: _write(table, ds, tasks=tasks, summary=summary, engine=engine, rows_per_fragment=rows_per_fragment,
                 commit_rows=commit_rows, max_pixels=max_pixels, rows_per_write=ray_rows_per_write,
                 retry_failed=retry_failed, progress=progress)
     except Exception as e:
