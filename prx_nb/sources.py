@@ -396,9 +396,10 @@ def _plan_table(src:Source, files:list, left:list)->SourcePlan:
     keys = [r[2] for r in rows]
     merged_caps = {j: rows[j][3] for j in range(len(rows))}
     merged = rekeyed = 0
+    repeated = [j for js in groups.values() if len(js) > 1 for j in js]
+    ident = _identities(src, units, rows=rows, js=repeated) if repeated else {}  # one read per unit, for all
     for cand, js in groups.items():
         if len(js) == 1: continue
-        ident = _identities(src, units, rows=rows, js=js)
         sub = defaultdict(list)
         for j in js: sub[ident[j]].append(j)
         for members in sub.values():
