@@ -257,7 +257,7 @@ def write_mds(table:str, # the Lance table
     if part_rows < 1: raise ValueError(f'part_rows must be positive, got {part_rows}')
     ds, bucketer, out = lance.dataset(str(table)), bucketer or Bucketer(), Path(out)
     if caption_column not in ds.schema.names:
-        caps = [n for n in ds.schema.names if n.startswith('caption')]
+        caps = [f.name for f in ds.schema if f.name.startswith('caption') and pa.types.is_string(f.type)]
         raise ValueError(f'{table} has no column {caption_column!r}; caption columns there: {caps}')
     excl = read_optouts(out)
     plan = {k: [i for i in ids if i not in excl] for k, ids in plan_buckets(table, bucketer, where).items()}

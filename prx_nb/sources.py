@@ -513,9 +513,9 @@ def _read_wds(t:Task)->Iterator:
         with tarfile.open(t.path) as tf:
             for key, parts in _wds_samples(tf):
                 ext = next((e for e in parts if e in IMAGE_EXTS), None)
-                k = f'{Path(t.path).name}/{key}' if key in qualify else key
+                k, note = safe_key(f'{Path(t.path).name}/{key}' if key in qualify else key)
                 yield Item(k, _given(parts.get(ext), f'no image member among {sorted(parts)}'),
-                           _wds_caption(parts, t.source.caption_column))
+                           _wds_caption(parts, t.source.caption_column), note=note)
     except (tarfile.TarError, OSError, EOFError) as e:
         yield Item(f'{Path(t.path).name}:unreadable', _given(None, f'{t.path}: {type(e).__name__}: {e}'))
 

@@ -174,6 +174,17 @@ def test_a_file_name_that_is_not_utf8_becomes_a_row(tmp_path):
     assert d.joinpath(os.fsdecode(urllib.parse.unquote_to_bytes('caf%FF.jpg'))).read_bytes() == tiny_image()  # reversible
 
 
+def test_a_tar_member_name_that_is_not_utf8_becomes_a_row(tmp_path):
+    import tarfile
+    (tmp_path / 'w').mkdir()
+    with tarfile.open(tmp_path / 'w' / '00000.tar', 'w', format=tarfile.GNU_FORMAT, encoding='utf-8', errors='surrogateescape') as tf:
+        for name, data in ((os.fsdecode(b'caf\xff.jpg'), tiny_image()), (os.fsdecode(b'caf\xff.txt'), b'a cafe')):
+            ti = tarfile.TarInfo(name); ti.size = len(data); tf.addfile(ti, io.BytesIO(data))
+    ingest(tmp_path / 't.lance', [f'wds:{tmp_path}/w'], progress=False)
+    rows = table_rows(tmp_path / 't.lance')
+    assert [(r['key'], r['status'], r['caption_source']) for r in rows] == [('caf%FF', 'ok', 'a cafe')]
+
+
 def test_metadata_table_of_http_urls(tmp_path):
     (tmp_path / 'www').mkdir(); (tmp_path / 'www' / 'a.jpg').write_bytes(tiny_image(400, 300))
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / 'www'))
