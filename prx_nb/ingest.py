@@ -13,8 +13,8 @@ import pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from fastcore.script import Param
 from tqdm.auto import tqdm
 from .core import probe_image, MAX_PIXELS, call_parse, Engine, as_engine
-from .table import open_table, sql_in, write_back, check_fragments
-from .sources import Source, Task, KINDS, parse_source, plan_source, read_items
+from .table import open_table, write_back, check_fragments
+from .sources import Source, Task, parse_source, plan_source, read_items
 
 # %% auto #0
 __all__ = ['SCHEMA', 'META_COLUMNS', 'make_row', 'read_task', 'DiskFullError', 'existing_ids', 'existing_rows', 'IngestSummary',

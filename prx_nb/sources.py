@@ -6,7 +6,7 @@
 from __future__ import annotations
 import glob as _glob, hashlib, json, os, re, tarfile, urllib.parse
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, NamedTuple
 import pyarrow as pa, pyarrow.csv as pcsv, pyarrow.ipc as ipc, pyarrow.parquet as pq
