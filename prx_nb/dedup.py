@@ -12,7 +12,7 @@ import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from .core import call_parse
 from .phash import phash, hamming, add_phash
-from .mds import iter_bucket, iter_buckets, bucket_key
+from .mds import iter_bucket, iter_buckets, bucket_key, read_optouts
 from .skips import set_skips, read_skips
 
 # %% auto #0
@@ -29,9 +29,11 @@ def keep_best(groups:np.ndarray, # group label per sample (the fingerprint at di
               nbytes:np.ndarray, # source file size per sample (first tie-break)
               *,
               rank:np.ndarray, # a total order on samples, e.g. the rank of the Lance id (last tie-break)
+              blocked:np.ndarray|None=None, # True for samples that may never be served (opted out)
              )->np.ndarray:
-    "Boolean mask of the samples kept: the best of each group."
-    order = np.lexsort(_best_first(pixels, nbytes, rank) + [np.asarray(groups)])
+    "Boolean mask of the samples kept: the best of each group, among those that may be served."
+    first = [] if blocked is None else [np.asarray(blocked, bool)]
+    order = np.lexsort(_best_first(pixels, nbytes, rank) + first + [np.asarray(groups)])
     g = np.asarray(groups)[order]
     keep = np.zeros(len(order), bool)
     keep[order[np.r_[True, g[1:] != g[:-1]] if len(g) else []]] = True
@@ -67,8 +69,9 @@ def dedup_keep(phash:np.ndarray, # int64 fingerprint per sample
                *,
                rank:np.ndarray, # a total order on samples (the last tie-break)
                radius:int=0, # 0: equal fingerprints only (the post's choice); r > 0: also within r bits
+               blocked:np.ndarray|None=None, # True for samples that may never be served (opted out)
               )->tuple:
-    "(kept mask, group label per sample): one kept per group."
+    "(kept mask, group label per sample): one kept per group, never an opted-out one while another may be served."
     if radius < 0: raise ValueError(f'radius must be >= 0, got {radius}')
     uniq, inv = np.unique(np.asarray(phash, np.int64), return_inverse=True)
     if radius == 0: groups = inv
@@ -78,7 +81,7 @@ def dedup_keep(phash:np.ndarray, # int64 fingerprint per sample
         p = near_pairs(uniq, radius)
         g = coo_matrix((np.ones(len(p)), (p[:, 0], p[:, 1])), shape=(len(uniq),) * 2)
         groups = connected_components(g, directed=False)[1][inv]
-    return keep_best(groups, pixels, nbytes, rank=rank), groups
+    return keep_best(groups, pixels, nbytes, rank=rank, blocked=blocked), groups
 
 # %% ../nbs/08_dedup.ipynb #ea0446fe
 @dataclass
@@ -183,7 +186,9 @@ def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
     px = np.asarray(v['src_width'], np.int64) * np.asarray(v['src_height'], np.int64)
     nbytes = np.asarray(v['src_nbytes'].fill_null(0), np.int64)
     rank = np.asarray(pc.rank(v['id'], 'ascending', tiebreaker='first'))
-    keep, groups = dedup_keep(np.asarray(v['phash'], np.int64), px, nbytes, rank=rank, radius=radius)
+    opted = read_optouts(root)
+    blocked = np.array([i in opted for i in v['id'].to_pylist()], bool)
+    keep, groups = dedup_keep(np.asarray(v['phash'], np.int64), px, nbytes, rank=rank, radius=radius, blocked=blocked)
     res.groups = int((np.bincount(groups) > 1).sum())
     drop, lists = v.filter(pa.array(~keep)), {}
     for b, s, i in zip(*(drop[c].to_pylist() for c in ('bucket', 'shard', 'index'))):

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_mds.ipynb #93387f61
 from __future__ import annotations
-import json, os, shutil, socket, time
+import json, os, re, shutil, socket, time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +27,7 @@ def plan_buckets(table:str, # the Lance table
                  where:str|None=None, # extra SQL filter on the table
                 )->dict:
     "'tier/WxH' → sorted ids of the usable rows (matching `where`) that fit there."
-    filt = "status = 'ok'" + (f' AND ({where})' if where else '')
+    filt = "(status = 'ok')" + (f' AND ({where})' if where else '')
     t = lance.dataset(str(table)).to_table(columns=['id', 'width', 'height'], filter=filt)
     plan = {}
     for i, w, h in zip(t['id'].to_pylist(), t['width'].to_pylist(), t['height'].to_pylist()):
@@ -211,7 +211,11 @@ def read_optouts(root:str|Path, # an MDS tree
                 )->set:
     "The ids recorded as opted out in the MDS tree `root`."
     p = Path(root) / OPTOUT
-    return set(pq.read_table(p)['id'].to_pylist()) if p.exists() else set()
+    if not p.exists(): return set()
+    try: return set(pq.read_table(p)['id'].to_pylist())
+    except Exception as e:
+        raise ValueError(f'{p}: the opt-out record cannot be read ({type(e).__name__}: {e}); nothing is served '
+                         'from this tree until it is restored') from None
 
 # %% ../nbs/07_mds.ipynb #8b502e7c
 @dataclass
@@ -281,16 +285,18 @@ def iter_bucket(bucket:str|Path, # a bucket folder
         for i in range(r.samples): yield r[i]
 
 # %% ../nbs/07_mds.ipynb #594625f8
+_BUCKET_NAME = re.compile(r'\d+x\d+')
+
 def iter_buckets(root:str|Path, # an MDS tree
-                 complete:bool=True, # only buckets whose `index.json` exists (written to the end)
+                 complete:bool=True, # only finished buckets (`bucket.json`, written last, exists)
                 ):
     "The bucket folders of the tree at `root` (`<tier>/<W>x<H>`), sorted by tier, then name."
     root = Path(root)
     tiers = [p for p in root.iterdir() if p.is_dir() and p.name.isdigit()] if root.is_dir() else []
     for t in sorted(tiers, key=lambda p: int(p.name)):
-        buckets = [p for p in t.iterdir() if p.is_dir() and 'x' in p.name and not p.name.startswith('.')]
+        buckets = [p for p in t.iterdir() if p.is_dir() and _BUCKET_NAME.fullmatch(p.name)]  # never `.partial`
         for b in sorted(buckets):
-            if not complete or (b / 'index.json').exists(): yield b
+            if not complete or (b / 'bucket.json').exists(): yield b
 
 # %% ../nbs/07_mds.ipynb #5cbee65b
 def bucket_key(bucket:Path, # a bucket folder

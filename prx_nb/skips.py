@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_skips.ipynb #e622e538
 from __future__ import annotations
-import json, os, time
+import contextlib, fcntl, json, os, time
 from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 from fastcore.basics import patch
@@ -15,10 +15,32 @@ from .mds import (OPTOUT, BucketWrite, iter_buckets, bucket_key, skip_path, skip
                         read_optouts, copy_bucket)
 
 # %% auto #0
-__all__ = ['set_skips', 'add_skips', 'read_skips', 'skip_reasons', 'skip_ids', 'SkipStreamingDataset', 'skip_stats', 'optout',
-           'rewrite_bucket', 'rewrite', 'prx_skip', 'prx_optout', 'prx_skip_stats', 'prx_rewrite']
+__all__ = ['locked', 'set_skips', 'add_skips', 'read_skips', 'skip_reasons', 'skip_ids', 'optout_indices', 'SkipStreamingDataset',
+           'skip_stats', 'optout', 'rewrite_bucket', 'rewrite', 'read_ids', 'prx_skip', 'prx_optout', 'prx_skip_stats',
+           'prx_rewrite']
 
 # %% ../nbs/07a_skips.ipynb #76e84d33
+@contextlib.contextmanager
+def locked(folder:Path, # the folder whose files are read, changed and written back
+          ):
+    "Hold an exclusive lock on `folder` (a `.prx.lock` file there) across processes, until the block ends"
+    with open(Path(folder) / '.prx.lock', 'a') as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try: yield
+        finally: fcntl.flock(f, fcntl.LOCK_UN)
+
+def _sidecar(p:Path)->list:
+    "The indices a skip-list sidecar holds; `ValueError` naming it when it is damaged"
+    try:
+        v = json.loads(p.read_text())
+        idx = v['indices']
+        if not isinstance(idx, list) or not all(isinstance(i, int) for i in idx): raise TypeError('indices must be a list of ints')
+        return idx
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise ValueError(f'{p}: damaged skip list ({type(e).__name__}: {e}); restore it or rebuild it '
+                         '(prx_dedup, prx_skip); nothing is served from this bucket until then') from None
+
+# %% ../nbs/07a_skips.ipynb #17b03276
 def set_skips(bucket:Path, # a bucket folder
               shard:str, # a shard's file name there
               reason:str, # the skip list's reason (a word)
@@ -46,9 +68,10 @@ def add_skips(bucket:Path, # a bucket folder
              )->int:
     "Add sample `indices` of `shard` to `reason`'s skip list, atomically; returns its new length."
     p = skip_path(bucket, shard, reason)
-    have = set(json.loads(p.read_text())['indices']) if p.exists() else set()
-    new = have | {int(i) for i in indices}
-    return set_skips(bucket, shard, reason, indices=new, made_by='prx_nb.skips.add_skips')
+    with locked(bucket):  # two processes adding at once both keep their indices
+        have = set(_sidecar(p)) if p.exists() else set()
+        new = have | {int(i) for i in indices}
+        return set_skips(bucket, shard, reason, indices=new, made_by='prx_nb.skips.add_skips')
 
 # %% ../nbs/07a_skips.ipynb #a5000038
 def read_skips(bucket:Path, # a bucket folder
@@ -58,7 +81,7 @@ def read_skips(bucket:Path, # a bucket folder
     out = {}
     for p, shard, reason in skip_files(bucket):
         if reasons is None or reason in reasons:
-            out.setdefault(shard, set()).update(json.loads(p.read_text())['indices'])
+            out.setdefault(shard, set()).update(_sidecar(p))
     return out
 
 # %% ../nbs/07a_skips.ipynb #ffd2cd7c
@@ -74,9 +97,10 @@ def skip_ids(root:str|Path, # the MDS tree
             )->dict:
     "Add the samples of `ids` to `reason`'s skip lists; {bucket: n added, 'not_found': n}."
     root, want, found = Path(root), set(ids), set()
-    res = {}
+    res, unverified = {}, []
     for b in iter_buckets(root):
         man = b / 'manifest.parquet'
+        if not man.exists(): unverified.append(man); continue
         hit = [r for r in pq.read_table(man, columns=['id', 'shard', 'index']).to_pylist() if r['id'] in want]
         for shard in {r['shard'] for r in hit}:
             add_skips(man.parent, shard, reason, indices=[r['index'] for r in hit if r['shard'] == shard])
@@ -84,9 +108,28 @@ def skip_ids(root:str|Path, # the MDS tree
             res[bucket_key(b)] = len(hit)
             found |= {r['id'] for r in hit}
     res['not_found'] = len(want - found)
+    if unverified:
+        raise ValueError(f'{unverified[0]} is missing ({len(unverified)} bucket(s)): their samples could not be '
+                         f'looked up; {reason!r} holds for the other buckets; restore the manifest and run again')
     return res
 
 # %% ../nbs/07a_skips.ipynb #66fa7596
+def optout_indices(bucket:Path, # a bucket folder of a tree
+                  )->dict:
+    "Shard → indices of the bucket's opted-out samples, from its manifest and the tree's record (not the sidecars)"
+    bucket = Path(bucket)
+    opted = read_optouts(bucket.parent.parent)
+    if not opted: return {}
+    man = bucket / 'manifest.parquet'
+    if not man.exists():
+        raise ValueError(f'{man} is missing: the opt-outs of this bucket cannot be verified, so it is not served; '
+                         'restore it or rewrite the bucket')
+    out = {}
+    for r in pq.read_table(man, columns=['id', 'shard', 'index']).to_pylist():
+        if r['id'] in opted: out.setdefault(r['shard'], set()).add(r['index'])
+    return out
+
+# %% ../nbs/07a_skips.ipynb #5d365382
 class SkipStreamingDataset(StreamingDataset):
     "A `StreamingDataset` that never yields a sample on the skip lists of `reasons`."
     def __init__(self,
@@ -98,7 +141,8 @@ class SkipStreamingDataset(StreamingDataset):
         if on_skip not in ('substitute', 'drop'):
             raise ValueError(f"on_skip must be 'substitute' or 'drop', not {on_skip!r}")
         super().__init__(**kwargs)
-        self.reasons, self.on_skip = None if reasons is None else set(reasons), on_skip
+        self.reasons = None if reasons is None else set(reasons) | {'optout'}  # opt-outs always apply
+        self.on_skip = on_skip
         self._lut = self._substitutes()
         if on_skip == 'drop': self._lut[self._lut != np.arange(len(self._lut))] = -1
         self._serve = self._lut.tolist()  # a list: the cheapest per-sample lookup from Python
@@ -110,7 +154,9 @@ def _shard_skips(self:SkipStreamingDataset)->list:
     cache, out = {}, []
     for sid, shard in enumerate(self.shards):
         local = self.streams[self.stream_per_shard[sid]].local
-        if local not in cache: cache[local] = read_skips(Path(local), self.reasons)
+        if local not in cache:
+            cache[local] = read_skips(Path(local), self.reasons)
+            for s, idx in optout_indices(Path(local)).items(): cache[local].setdefault(s, set()).update(idx)
         out.append(cache[local].get(shard.raw_data.basename, set()))
     return out
 
@@ -178,12 +224,12 @@ def optout(root:str|Path, # the MDS tree
     "Skip `ids` everywhere in the tree (reason `optout`) and record them for later writes."
     root = Path(root)
     ids = sorted(set(ids))
-    res = skip_ids(root, 'optout', ids)
-    allids = sorted(read_optouts(root) | set(ids))
-    tmp = root / f'{OPTOUT}.tmp{os.getpid()}'
-    pq.write_table(pa.table({'id': pa.array(allids, pa.string())}), tmp)
-    os.replace(tmp, root / OPTOUT)
-    return res
+    with locked(root):  # the record first: once it holds an id, no loader serves it
+        allids = sorted(read_optouts(root) | set(ids))
+        tmp = root / f'{OPTOUT}.tmp{os.getpid()}'
+        pq.write_table(pa.table({'id': pa.array(allids, pa.string())}), tmp)
+        os.replace(tmp, root / OPTOUT)
+    return skip_ids(root, 'optout', ids)
 
 # %% ../nbs/07a_skips.ipynb #ae13a8d9
 def rewrite_bucket(src:Path, # a bucket folder
@@ -217,6 +263,22 @@ def rewrite(root:str|Path, # the MDS tree
             for b in tqdm(buckets, desc='rewrite', unit='bucket', disable=not progress)}
 
 # %% ../nbs/07a_skips.ipynb #7cda4192
+def read_ids(path:str|Path, # an ids file
+            )->list:
+    "The ids in `path`: one per line, exactly as written (UTF-8, `\\n` or `\\r\\n` ends); `ValueError` says what is wrong"
+    p, raw = Path(path), Path(path).read_bytes()
+    if raw.startswith(b'\xef\xbb\xbf'): raise ValueError(f'{p}: starts with a byte-order mark; save it as UTF-8 without BOM')
+    try: text = raw.decode('utf-8')
+    except UnicodeDecodeError as e:
+        raise ValueError(f'{p}: not UTF-8 (byte {e.start}); convert it, e.g. iconv -f latin1 -t utf-8') from None
+    lines = text.split('\n')
+    if lines and lines[-1] == '': lines.pop()
+    ids = [l[:-1] if l.endswith('\r') else l for l in lines]
+    if bad := [n for n, i in enumerate(ids, 1) if i == '' or '\r' in i or '\t' in i]:
+        raise ValueError(f'{p}, line {bad[0]}: an empty id or one with a tab or carriage return cannot be an id')
+    return ids
+
+# %% ../nbs/07a_skips.ipynb #95dcc097
 @call_parse
 def prx_skip(mds:str=None, # root of the MDS tree (required)
              reason:str=None, # skip-list name: dedup, text, nsfw, optout or any word (required)
@@ -224,8 +286,7 @@ def prx_skip(mds:str=None, # root of the MDS tree (required)
             ):
     "Add the samples of the given Lance ids to a reason's skip lists; no shard is touched."
     if not (mds and reason and ids): raise SystemExit('prx_skip: --mds, --reason and --ids are required')
-    want = [l.strip() for l in Path(ids).read_text().splitlines() if l.strip()]
-    try: res = skip_ids(mds, reason, want)
+    try: res = skip_ids(mds, reason, read_ids(ids))
     except ValueError as e: raise SystemExit(f'prx_skip: {e}') from None
     for k, n in res.items():
         if k != 'not_found': print(f'{k:>16}  +{n} {reason}')
@@ -239,7 +300,8 @@ def prx_optout(mds:str=None, # root of the MDS tree (required)
               ):
     "User opt-out: skip these Lance ids everywhere, and record them for later writes."
     if not (mds and ids): raise SystemExit('prx_optout: --mds and --ids are required')
-    res = optout(mds, [l.strip() for l in Path(ids).read_text().splitlines() if l.strip()])
+    try: res = optout(mds, read_ids(ids))
+    except ValueError as e: raise SystemExit(f'prx_optout: {e}') from None
     n = sum(v for k, v in res.items() if k != 'not_found')
     print(f"{n} samples opted out; {res['not_found']} ids not in the tree (recorded all the same)")
 
