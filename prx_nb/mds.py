@@ -15,9 +15,9 @@ from .table import sql_in, image_bytes
 from .bucket import Bucketer
 
 # %% auto #0
-__all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'write_bucket', 'read_optouts',
-           'MDSWrite', 'write_mds', 'iter_bucket', 'iter_buckets', 'bucket_key', 'skip_path', 'skip_files',
-           'copy_bucket', 'prx_write_mds']
+__all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'write_bucket', 'ledger_path',
+           'read_ledger', 'tree_table', 'read_optouts', 'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds',
+           'iter_bucket', 'iter_buckets', 'bucket_key', 'skip_path', 'skip_files', 'copy_bucket', 'prx_write_mds']
 
 # %% ../nbs/07_mds.ipynb #67faddf4
 MDS_COLUMNS = {'jpg': 'bytes', 'caption': 'str', 'width': 'int32', 'height': 'int32', 'id': 'str'}
@@ -207,15 +207,64 @@ def write_bucket(ds, # the Lance dataset (at the version being written)
 # %% ../nbs/07_mds.ipynb #76e599e8
 OPTOUT = 'optout.parquet'  # ids recorded as opted out, at the root of an MDS tree (see `prx_nb.skips.optout`)
 
+def _ids_in(p:Path, what:str)->set:
+    "The `id` column of the Parquet file `p` (empty when it is missing); `ValueError` naming it when damaged"
+    if not p.exists(): return set()
+    try: return set(pq.read_table(p, columns=['id'])['id'].to_pylist())
+    except Exception as e:
+        raise ValueError(f'{p}: the {what} cannot be read ({type(e).__name__}: {e}); nothing is served '
+                         'from trees that honour it until it is restored') from None
+
+def ledger_path(table:str|Path, # the Lance table (a local path)
+               )->Path:
+    "Where the opt-out ledger of `table` lives: beside it, `<table>.optouts.parquet`"
+    return Path(str(table).rstrip('/') + '.optouts.parquet')
+
+def read_ledger(table:str|Path|None, # the Lance table, or None
+               )->set:
+    "The ids in the opt-out ledger of `table` (empty when it has none or is not a local path)"
+    if not table or '://' in str(table): return set()
+    return _ids_in(ledger_path(table), 'opt-out ledger')
+
+def tree_table(root:str|Path, # an MDS tree
+              )->str|None:
+    "The Lance table the tree was written from (its buckets' `bucket.json` name it), or None"
+    for b in iter_buckets(root):
+        return json.loads((b / 'bucket.json').read_text()).get('table')
+    return None
+
 def read_optouts(root:str|Path, # an MDS tree
                 )->set:
-    "The ids recorded as opted out in the MDS tree `root`."
-    p = Path(root) / OPTOUT
-    if not p.exists(): return set()
-    try: return set(pq.read_table(p)['id'].to_pylist())
-    except Exception as e:
-        raise ValueError(f'{p}: the opt-out record cannot be read ({type(e).__name__}: {e}); nothing is served '
-                         'from this tree until it is restored') from None
+    "The ids opted out for the MDS tree `root`: its own record and the ledger of the table it was written from."
+    return _ids_in(Path(root) / OPTOUT, 'opt-out record') | read_ledger(tree_table(root))
+
+# %% ../nbs/07_mds.ipynb #56bf49f3
+def _alive(pid:int)->bool:
+    try: os.kill(pid, 0); return True
+    except ProcessLookupError: return False
+    except PermissionError: return True
+
+def clean_leftovers(out:str|Path, # an MDS tree
+                   )->list:
+    "Remove what killed runs left in `out`: temporary files of processes that are gone, and the parts of finished buckets"
+    gone, out = [], Path(out)
+    for p in out.glob('**/*.tmp[0-9]*'):
+        pid = p.name.rsplit('.tmp', 1)[1]
+        if p.is_file() and pid.isdigit() and not _alive(int(pid)): p.unlink(missing_ok=True); gone.append(p)
+    for pdir in out.glob('*/*.parts'):
+        if (pdir.with_name(pdir.name[:-len('.parts')]) / 'bucket.json').exists():
+            shutil.rmtree(pdir, ignore_errors=True); gone.append(pdir)
+    return gone
+
+# %% ../nbs/07_mds.ipynb #185574c6
+def write_record(root:str|Path, # an MDS tree
+                 ids:set, # every id it must never serve
+                )->None:
+    "Make the tree's opt-out record exactly `ids`, atomically"
+    root = Path(root); root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f'{OPTOUT}.tmp{os.getpid()}'
+    pq.write_table(pa.table({'id': pa.array(sorted(ids), pa.string())}), tmp)
+    os.replace(tmp, root / OPTOUT)
 
 # %% ../nbs/07_mds.ipynb #8b502e7c
 @dataclass
@@ -263,7 +312,9 @@ def write_mds(table:str, # the Lance table
     if caption_column not in ds.schema.names:
         caps = [f.name for f in ds.schema if f.name.startswith('caption') and pa.types.is_string(f.type)]
         raise ValueError(f'{table} has no column {caption_column!r}; caption columns there: {caps}')
-    excl = read_optouts(out)
+    clean_leftovers(out)
+    excl = read_optouts(out) | read_ledger(table)  # the ledger travels with the table: a new tree honours it
+    if excl: write_record(out, excl)
     plan = {k: [i for i in ids if i not in excl] for k, ids in plan_buckets(table, bucketer, where).items()}
     plan = {k: v for k, v in plan.items() if v}
     n_ok = ds.count_rows("status = 'ok'" + (f' AND ({where})' if where else ''))

@@ -11,8 +11,8 @@ from fastcore.basics import patch
 from streaming import StreamingDataset
 from tqdm.auto import tqdm
 from .core import call_parse
-from .mds import (OPTOUT, BucketWrite, iter_buckets, bucket_key, skip_path, skip_files,
-                        read_optouts, copy_bucket)
+from .mds import (BucketWrite, iter_buckets, bucket_key, skip_path, skip_files,
+                        read_optouts, copy_bucket, ledger_path, tree_table, write_record)
 
 # %% auto #0
 __all__ = ['locked', 'set_skips', 'add_skips', 'read_skips', 'skip_reasons', 'skip_ids', 'optout_indices', 'SkipStreamingDataset',
@@ -218,17 +218,33 @@ def skip_stats(root:str|Path, # an MDS tree
     return df.set_index('bucket')
 
 # %% ../nbs/07a_skips.ipynb #5b86e387
+def _add_to_ledger(table:str, ids:list):
+    "Add `ids` to the opt-out ledger beside `table`, with when and at which table version"
+    import lance
+    p = ledger_path(table)
+    with locked(p.parent):
+        old = pq.read_table(p) if p.exists() else None
+        have = set(old['id'].to_pylist()) if old is not None else set()
+        new = [i for i in ids if i not in have]
+        if not new: return
+        version = lance.dataset(table).version if Path(table).exists() else None
+        add = pa.table({'id': pa.array(new, pa.string()), 'recorded_at': [time.strftime('%Y-%m-%dT%H:%M:%S')] * len(new),
+                        'lance_version': pa.array([version] * len(new), pa.int64())})
+        tmp = p.with_name(p.name + f'.tmp{os.getpid()}')
+        pq.write_table(pa.concat_tables([old, add]) if old is not None else add, tmp)
+        os.replace(tmp, p)
+
 def optout(root:str|Path, # the MDS tree
            ids, # Lance ids of the opted-out images
+           table:str|None=None, # the Lance table whose ledger records them (default: the one the tree was written from)
           )->dict:
-    "Skip `ids` everywhere in the tree (reason `optout`) and record them for later writes."
+    "Skip `ids` everywhere in the tree (reason `optout`) and record them, in the tree and with its table."
     root = Path(root)
     ids = sorted(set(ids))
+    table = table or tree_table(root)
+    if table and '://' not in str(table): _add_to_ledger(str(table), ids)  # the source of truth: every later tree
     with locked(root):  # the record first: once it holds an id, no loader serves it
-        allids = sorted(read_optouts(root) | set(ids))
-        tmp = root / f'{OPTOUT}.tmp{os.getpid()}'
-        pq.write_table(pa.table({'id': pa.array(allids, pa.string())}), tmp)
-        os.replace(tmp, root / OPTOUT)
+        write_record(root, read_optouts(root) | set(ids))
     return skip_ids(root, 'optout', ids)
 
 # %% ../nbs/07a_skips.ipynb #ae13a8d9
@@ -255,8 +271,8 @@ def rewrite(root:str|Path, # the MDS tree
     "A fresh MDS tree in `out`: the samples of `root` that no skip list names."
     root, out = Path(root), Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    excl = read_optouts(root)
-    if excl: pq.write_table(pa.table({'id': pa.array(sorted(excl), pa.string())}), out / OPTOUT)
+    excl = read_optouts(root) | read_optouts(out)  # what either tree must never serve, kept in the new one
+    if excl: write_record(out, excl)
     buckets = list(iter_buckets(root))
     how = dict(reasons=reasons, exclude=excl, shard_bytes=shard_bytes)
     return {bucket_key(b): rewrite_bucket(b, out / bucket_key(b), **how)

@@ -8,7 +8,7 @@ from streaming import StreamingDataset
 from conftest import BIN
 from prx_nb.core import tiny_image
 from prx_nb.ingest import ingest
-from prx_nb.mds import write_mds, iter_buckets, read_optouts
+from prx_nb.mds import write_mds, iter_buckets, read_optouts, read_ledger
 from prx_nb.skips import SkipStreamingDataset, optout, skip_ids, read_skips
 from prx_nb.dedup import dedup_tree
 
@@ -120,3 +120,21 @@ def test_an_unfinished_bucket_is_not_a_bucket(tree):
     assert list(iter_buckets(root)) == [b]
     r = subprocess.run([str(BIN / 'prx_skip_stats'), '--mds', str(root)], capture_output=True, text=True, check=True)
     assert '.partial' not in r.stdout
+
+
+def test_a_new_tree_from_the_same_table_and_a_second_rewrite_honour_earlier_opt_outs(tree):
+    root, b, _ = tree
+    table = root.parent / 't.lance'
+    optout(root, ['imgs/09.png'])
+    assert read_ledger(table) == {'imgs/09.png'}  # the ledger lives with the table
+    write_mds(str(table), root.parent / 'again', progress=False)  # a new folder: the ledger still holds
+    (nb,) = list(iter_buckets(root.parent / 'again'))
+    assert 'imgs/09.png' not in set(served(nb)[0]) and 'imgs/09.png' in read_optouts(root.parent / 'again')
+    r = subprocess.run([str(BIN / 'prx_rewrite'), '--mds', str(root), '--out', str(root.parent / 'slim'), '--quiet'],
+                       capture_output=True, text=True, check=True)
+    optout(root, ['imgs/10.png'])  # opted out after the first rewrite
+    subprocess.run([str(BIN / 'prx_rewrite'), '--mds', str(root), '--out', str(root.parent / 'slim'), '--quiet'],
+                   capture_output=True, text=True, check=True)  # into the existing --out: its buckets are complete
+    (sb,) = list(iter_buckets(root.parent / 'slim'))
+    got = set(served(sb)[0])
+    assert not {'imgs/09.png', 'imgs/10.png'} & got and len(got) == 22
