@@ -312,11 +312,12 @@ def prx_skip(mds:str=None, # root of the MDS tree (required)
 # %% ../nbs/07a_skips.ipynb #1fe8916e
 @call_parse
 def prx_optout(mds:str=None, # root of the MDS tree (required)
-               ids:str=None, # file with one Lance id per line (required)
+               ids:str=None, # file with one Lance id per line, exactly as written, UTF-8 (required)
+               table:str=None, # Lance table whose ledger records them (default: the one the tree was written from)
               ):
-    "User opt-out: skip these Lance ids everywhere, and record them for later writes."
+    "User opt-out: record these Lance ids (ledger beside the table, and the tree) and skip them everywhere."
     if not (mds and ids): raise SystemExit('prx_optout: --mds and --ids are required')
-    try: res = optout(mds, read_ids(ids))
+    try: res = optout(mds, read_ids(ids), table=table)
     except ValueError as e: raise SystemExit(f'prx_optout: {e}') from None
     n = sum(v for k, v in res.items() if k != 'not_found')
     print(f"{n} samples opted out; {res['not_found']} ids not in the tree (recorded all the same)")
