@@ -229,8 +229,8 @@ def read_ledger(table:str|Path|None, # the Lance table, or None
 def tree_table(root:str|Path, # an MDS tree
               )->str|None:
     "The Lance table the tree was written from (its buckets' `bucket.json` name it), or None"
-    for b in iter_buckets(root):
-        return json.loads((b / 'bucket.json').read_text()).get('table')
+    for p in sorted(Path(root).glob('[0-9]*/*/bucket.json')):
+        if re.fullmatch(r'\d+x\d+', p.parent.name): return json.loads(p.read_text()).get('table')
     return None
 
 def read_optouts(root:str|Path, # an MDS tree
