@@ -294,7 +294,7 @@ def _sidecar_caption(img:Path, caption_column:str|None)->str|None:
     return None
 
 # %% ../nbs/00d_sources.ipynb #40c52a5f
-def _metadata_captions(root:Path, files:list, caption_column:str|None)->dict:
+def _metadata_captions(root:Path, caption_column:str|None)->dict:
     "file (relative to `root`) -> caption, from every metadata.jsonl / metadata.csv under `root`"
     out = {}
     for name in METADATA_FILES:
@@ -316,7 +316,7 @@ def _plan_folder(src:Source, files_per_task:int)->SourcePlan:
     files = [Path(f).relative_to(root).as_posix() for f in _walk(root)]
     data = [f for f in files if Path(f).suffix.lower() in NOT_SAMPLE_EXTS]
     images = [f for f in files if f not in set(data)]
-    meta = _metadata_captions(root, images, src.caption_column)
+    meta = _metadata_captions(root, src.caption_column)
     images += sorted(set(meta) - set(images))  # named by metadata but missing: rows that say so
     stems = {str(Path(f).with_suffix('')) for f in images}
     left = [str(root / f) for f in data if Path(f).name not in METADATA_FILES
@@ -337,13 +337,16 @@ def _read_folder(t:Task)->Iterator:
 
 # %% ../nbs/00d_sources.ipynb #08f33358
 def _units(src:Source, files:list)->Iterator:
-    "`(file, part, rows)` of a table source: one per Parquet row group, Arrow file or metadata table"
+    "`(file, part, first row, open ParquetFile)` of a table source: one per Parquet row group, Arrow file or table"
     for f in files:
         if src.kind == 'parquet':
-            try: md = pq.ParquetFile(f).metadata
-            except Exception as e: yield f, None, f'{type(e).__name__}: {e}'; continue
-            for g in range(md.num_row_groups): yield f, (g,), md.row_group(g).num_rows
-        else: yield f, (), None
+            try: pf = pq.ParquetFile(f)
+            except Exception as e: yield f, None, f'{type(e).__name__}: {e}', None; continue
+            first = 0
+            for g in range(pf.metadata.num_row_groups):
+                yield f, (g,), first, pf
+                first += pf.metadata.row_group(g).num_rows
+        else: yield f, (), 0, None
 
 def _open_unit(src:Source, f:str, part:tuple, *, columns=None)->pa.Table:
     "The rows of one unit (only `columns`, dotted fields allowed, when given)"
@@ -373,18 +376,18 @@ def _plan_table(src:Source, files:list, left:list)->SourcePlan:
     "Table tasks, each row's key decided across the whole source"
     root = Path(src.path) if os.path.isdir(src.path) else Path(expand_braces(src.path)[0].split('*')[0]).parent
     units, rows, errors = [], [], []  # rows: (unit index, row, candidate key, caption list)
-    for f, part, n in _units(src, files):
-        if part is None: errors.append((f, n)); continue
-        tbl = _open_unit(src, f, part)  if src.kind != 'parquet' else None
-        schema = tbl.schema if tbl is not None else pq.ParquetFile(f).schema_arrow
+    for f, part, base, pf in _units(src, files):
+        if part is None: errors.append((f, base)); continue  # `base` holds why the file cannot be opened
+        tbl = _open_unit(src, f, part) if pf is None else None
+        schema = tbl.schema if tbl is not None else pf.schema_arrow
         cols = table_columns(schema, src.kind, src.caption_column, where=f)
         want = [c for c in (cols.key, cols.caption) if c]
         img = schema.field(cols.image)
         path_col = f'{cols.image}.path' if pa.types.is_struct(img.type) else cols.image if src.kind == 'meta' else None
-        small = tbl if tbl is not None else pq.ParquetFile(f).read_row_group(part[0], columns=want + ([path_col] if path_col else []))
+        small = tbl if tbl is not None else pf.read_row_group(part[0], columns=want + ([path_col] if path_col else []))
         u = len(units); units.append((f, part, cols))
-        rel = os.path.relpath(f, root) if not os.path.relpath(f, root).startswith('..') else Path(f).name
-        base = sum(pq.ParquetFile(f).metadata.row_group(i).num_rows for i in range(part[0])) if part else 0
+        rel = os.path.relpath(f, root)
+        if rel.startswith('..'): rel = Path(f).name
         for i, r in enumerate(small.to_pylist()):
             k = r.get(cols.key) if cols.key else None
             pv = r.get(cols.image) if path_col else None
