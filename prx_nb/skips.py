@@ -115,10 +115,11 @@ def skip_ids(root:str|Path, # the MDS tree
 
 # %% ../nbs/07a_skips.ipynb #66fa7596
 def optout_indices(bucket:Path, # a bucket folder of a tree
+                   opted:set|None=None, # the tree's opted-out ids (default: read with `read_optouts`)
                   )->dict:
     "Shard → indices of the bucket's opted-out samples, from its manifest and the tree's record (not the sidecars)"
     bucket = Path(bucket)
-    opted = read_optouts(bucket.parent.parent)
+    if opted is None: opted = read_optouts(bucket.parent.parent)
     if not opted: return {}
     man = bucket / 'manifest.parquet'
     if not man.exists():
@@ -151,12 +152,14 @@ class SkipStreamingDataset(StreamingDataset):
 @patch
 def _shard_skips(self:SkipStreamingDataset)->list:
     "Per shard of the dataset: the set of its skipped sample indices."
-    cache, out = {}, []
+    cache, trees, out = {}, {}, []
     for sid, shard in enumerate(self.shards):
         local = self.streams[self.stream_per_shard[sid]].local
         if local not in cache:
             cache[local] = read_skips(Path(local), self.reasons)
-            for s, idx in optout_indices(Path(local)).items(): cache[local].setdefault(s, set()).update(idx)
+            root = Path(local).parent.parent  # the record and the ledger: read once per tree, not per bucket
+            if root not in trees: trees[root] = read_optouts(root)
+            for s, idx in optout_indices(Path(local), trees[root]).items(): cache[local].setdefault(s, set()).update(idx)
         out.append(cache[local].get(shard.raw_data.basename, set()))
     return out
 
