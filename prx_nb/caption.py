@@ -11,7 +11,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .core import call_parse, probe_image, open_rgb, Engine, as_engine
-from .table import write_back, image_bytes
+from .table import write_back, image_bytes, add_columns
 
 # %% auto #0
 __all__ = ['SYSTEM_PROMPT', 'USER_PROMPT', 'PROMPT_VERSION', 'CaptionSpec', 'prepare_image', 'Reply', 'judge', 'tiny_vlm',
@@ -406,13 +406,7 @@ class Backend:
 # %% ../nbs/05_caption.ipynb #ceda1f4f
 def _ensure_columns(table:str, col:str, spec:CaptionSpec):
     "Add the caption and status columns; record `spec`."
-    import lance
-    ds = lance.dataset(table)
-    new = [pa.field(c, pa.string(), nullable=True)
-           for c in (col, col + '_status') if c not in ds.schema.names]
-    if new:
-        ds.add_columns(new)
-        ds = lance.dataset(table)
+    ds = add_columns(table, [pa.field(c, pa.string()) for c in (col, col + '_status')])  # retried on commit conflicts
     meta = spec.meta() | {'made_by': 'prx_nb.caption.caption_table'}
     if (ds.schema.field(col).metadata or {}) != {k.encode(): v.encode() for k, v in meta.items()}:
         ds.update_field_metadata({col: meta}, replace=True)

@@ -13,7 +13,7 @@ import pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from fastcore.script import Param
 from tqdm.auto import tqdm
 from .core import probe_image, MAX_PIXELS, call_parse, Engine, as_engine
-from .table import open_table, write_back, check_fragments
+from .table import open_table, write_back, check_fragments, add_columns
 from .sources import Source, Task, parse_source, plan_source, read_items
 
 # %% auto #0
@@ -137,7 +137,7 @@ def existing_rows(table:str|Path, # path or URI of the Lance table
 def _widen(table:str, ds)->None:
     "Add the columns of `SCHEMA` a table made by an older ingest lacks (all null)"
     missing = [f for f in SCHEMA if f.name not in ds.schema.names]
-    if missing: ds.add_columns(missing)
+    if missing: add_columns(table, missing)
 
 def _replace(table:str, rows:list, schema:pa.Schema)->None:
     "Replace the rows with these ids by `rows` (one commit)"

@@ -15,9 +15,10 @@ from .table import sql_in, image_bytes
 from .bucket import Bucketer
 
 # %% auto #0
-__all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'write_bucket', 'ledger_path',
-           'read_ledger', 'tree_table', 'read_optouts', 'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds',
-           'iter_bucket', 'iter_buckets', 'bucket_key', 'skip_path', 'skip_files', 'copy_bucket', 'prx_write_mds']
+__all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'check_bucket', 'write_bucket',
+           'ledger_path', 'read_ledger', 'tree_table', 'read_optouts', 'clean_leftovers', 'write_record', 'MDSWrite',
+           'write_mds', 'iter_bucket', 'iter_buckets', 'bucket_key', 'skip_path', 'skip_files', 'read_sidecar',
+           'write_sidecar', 'copy_bucket', 'prx_write_mds']
 
 # %% ../nbs/07_mds.ipynb #67faddf4
 MDS_COLUMNS = {'jpg': 'bytes', 'caption': 'str', 'width': 'int32', 'height': 'int32', 'id': 'str'}
@@ -95,7 +96,7 @@ def write_part(ds, # the Lance dataset (at the version being written)
     tmp = part.with_name(part.name + '.partial')
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    with MDSWriter(out=str(tmp), columns=MDS_COLUMNS, size_limit=shard_bytes) as w:
+    with MDSWriter(out=str(tmp), columns=MDS_COLUMNS, size_limit=shard_bytes, hashes=['sha1']) as w:
         for r in _rows(ds, ids, ['id', 'image', 'uri', 'nbytes', caption_column] + schema.names[5:]):
             data, err = image_bytes(r)
             b = bucketer(data) if data is not None else None
@@ -134,6 +135,7 @@ def _link(src:Path, dst:Path):
 def merge_parts(parts:list, # finished part folders, in sample order
                 final:Path, # the bucket folder to create
                 meta:dict, # what made it, for `bucket.json` (needs `bucket`)
+                skips:dict|None=None, # reason → ids to put on its skip lists (kept from a bucket being rebuilt)
                )->BucketWrite:
     "One standalone MDS dataset at `final` from finished `parts`; `bucket.json` last."
     tmp = final.with_name(final.name + '.partial')
@@ -157,6 +159,7 @@ def merge_parts(parts:list, # finished part folders, in sample order
     man, rej = pa.concat_tables(mans), pa.concat_tables(rejs)
     pq.write_table(man, tmp / 'manifest.parquet')
     pq.write_table(rej, tmp / 'rejected.parquet')
+    if skips: _put_skips(tmp, man, skips)
     res = BucketWrite(meta['bucket'], written=man.num_rows, rejected=Counter(rej['status'].to_pylist()),
                       shards=len(shards))
     writers = sorted({json.loads((p / 'part.json').read_text()).get('writer', '') for p in parts})
@@ -167,10 +170,56 @@ def merge_parts(parts:list, # finished part folders, in sample order
     tmp.rename(final)
     return res
 
+# %% ../nbs/07_mds.ipynb #c0ffee11
+def _sha1(p:Path)->str:
+    import hashlib
+    h = hashlib.sha1()
+    with open(p, 'rb') as f:
+        while b := f.read(1 << 22): h.update(b)
+    return h.hexdigest()
+
+def check_bucket(bucket:str|Path, # a bucket folder
+                 hashes:bool=False, # also read every shard and compare its SHA-1 with the one `index.json` records
+                )->list:
+    "(file, problem) for each problem of a finished bucket folder; empty when it is sound."
+    b, out = Path(bucket), []
+    def bad(p, why): out.append((p, why))
+    try: meta = json.loads((b / 'bucket.json').read_text())
+    except FileNotFoundError: bad(b / 'bucket.json', 'missing: the bucket is not finished'); meta = None
+    except ValueError as e: bad(b / 'bucket.json', f'cannot be read ({e})'); meta = None
+    try:
+        shards = json.loads((b / 'index.json').read_text())['shards']
+        if not isinstance(shards, list): raise ValueError('shards is not a list')
+    except FileNotFoundError: bad(b / 'index.json', 'missing: the shards cannot be read'); return out
+    except (ValueError, KeyError, TypeError) as e: bad(b / 'index.json', f'cannot be read ({type(e).__name__}: {e})'); return out
+    total = 0
+    for s in shards:
+        raw = s['raw_data']; p = b / raw['basename']; total += s['samples']
+        if not p.exists(): bad(p, 'missing (index.json lists it)'); continue
+        if (n := p.stat().st_size) != raw['bytes']: bad(p, f'{n:,} bytes, index.json says {raw["bytes"]:,} (truncated or replaced)'); continue
+        if hashes and (want := (raw.get('hashes') or {}).get('sha1')) and _sha1(p) != want:
+            bad(p, 'SHA-1 differs from the one index.json records: its bytes changed')
+    if meta is not None and meta.get('samples', total) != total:
+        bad(b / 'bucket.json', f'says {meta.get("samples")} samples, index.json holds {total}')
+    try:
+        if (n := pq.ParquetFile(b / 'manifest.parquet').metadata.num_rows) != total:
+            bad(b / 'manifest.parquet', f'{n} rows for {total} samples in index.json')
+    except FileNotFoundError: bad(b / 'manifest.parquet', 'missing: its samples cannot be told apart (ids, opt-outs)')
+    except Exception as e: bad(b / 'manifest.parquet', f'cannot be read ({type(e).__name__}: {e})')
+    return out
+
+def _refuse(problems:list, what:str):
+    "Raise the `ValueError` a tool stops with: the first problem, how many there are, what to do."
+    (p, why), more = problems[0], len(problems) - 1
+    raise ValueError(f'{p}: {why}' + (f' (and {more} more problem(s))' if more else '') +
+                     f'; {what} stops here: run `prx_check --mds ROOT` for the whole list, then restore the files '
+                     'or delete the bucket folder so that it is written again')
+
 # %% ../nbs/07_mds.ipynb #3d7d07d5
 def _complete(final:Path)->BucketWrite|None:
-    "What a finished bucket folder holds, or None when it is not finished."
+    "What a finished bucket folder holds, or None when it is not finished; `ValueError` when it is damaged."
     if not (final / 'bucket.json').exists(): return None
+    if problems := check_bucket(final): _refuse(problems, 'reusing the bucket')
     m = json.loads((final / 'bucket.json').read_text())
     return BucketWrite(m['bucket'], written=m['samples'], rejected=Counter(m.get('rejected', {})),
                        shards=m['shards'], skipped_complete=True)
@@ -196,11 +245,12 @@ def write_bucket(ds, # the Lance dataset (at the version being written)
     "Write one bucket into `out`/`key`: parts (finished ones reused) merged into one MDS dataset."
     final = out / key
     if (done := _complete(final)) is not None: return done
+    kept = _skips_by_id(final) if final.exists() else {}  # a bucket that lost its bucket.json: its skip lists stay
     pdir = _parts_dir(out, key)
     how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)
     parts = [pdir / f'part.{n:05d}' for n in range(len(_chunks(ids, part_rows)))]
     for p, c in zip(parts, _chunks(ids, part_rows)): write_part(ds, key, c, part=p, **how)
-    res = merge_parts(parts, final, _bucket_meta(ds, key, **how))
+    res = merge_parts(parts, final, _bucket_meta(ds, key, **how), skips=kept)
     shutil.rmtree(pdir, ignore_errors=True)
     return res
 
@@ -259,11 +309,16 @@ def clean_leftovers(out:str|Path, # an MDS tree
 # %% ../nbs/07_mds.ipynb #185574c6
 def write_record(root:str|Path, # an MDS tree
                  ids:set, # every id it must never serve
+                 table:str|None=None, # the Lance table whose ledger it honours (default: the one the tree names)
                 )->None:
-    "Make the tree's opt-out record exactly `ids`, atomically"
+    "Make the tree's opt-out record exactly `ids`, atomically, noting how many ledger ids of `table` it holds"
     root = Path(root); root.mkdir(parents=True, exist_ok=True)
+    table = table or tree_table(root)
+    led = read_ledger(table)
+    meta = {'ledger': str(ledger_path(table)) if table and '://' not in str(table) else '',
+            'ledger_ids': str(len(led)), 'ledger_missing': str(len(led - set(ids)))}
     tmp = root / f'{OPTOUT}.tmp{os.getpid()}'
-    pq.write_table(pa.table({'id': pa.array(sorted(ids), pa.string())}), tmp)
+    pq.write_table(pa.table({'id': pa.array(sorted(ids), pa.string())}).replace_schema_metadata(meta), tmp)
     os.replace(tmp, root / OPTOUT)
 
 # %% ../nbs/07_mds.ipynb #8b502e7c
@@ -314,7 +369,7 @@ def write_mds(table:str, # the Lance table
         raise ValueError(f'{table} has no column {caption_column!r}; caption columns there: {caps}')
     clean_leftovers(out)
     excl = read_optouts(out) | read_ledger(table)  # the ledger travels with the table: a new tree honours it
-    if excl: write_record(out, excl)
+    if excl: write_record(out, excl, table=str(table))
     plan = {k: [i for i in ids if i not in excl] for k, ids in plan_buckets(table, bucketer, where).items()}
     plan = {k: v for k, v in plan.items() if v}
     n_ok = ds.count_rows("status = 'ok'" + (f' AND ({where})' if where else ''))
@@ -375,6 +430,58 @@ def skip_files(folder:str|Path, # a bucket folder, or a whole tree
         out.append((p, shard, rest[:-len('.json')]))
     return out
 
+# %% ../nbs/07_mds.ipynb #c0ffee15
+def read_sidecar(p:Path, # a skip-list sidecar
+                )->list:
+    "The indices a skip-list sidecar holds; `ValueError` naming it when it is damaged"
+    try:
+        v = json.loads(Path(p).read_text())
+        idx = v['indices']
+        if not isinstance(idx, list) or not all(isinstance(i, int) for i in idx): raise TypeError('indices must be a list of ints')
+        return idx
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise ValueError(f'{p}: damaged skip list ({type(e).__name__}: {e}); restore it or rebuild it '
+                         '(prx_dedup, prx_skip); nothing is served from this bucket until then') from None
+
+def write_sidecar(bucket:Path, # a bucket folder
+                  shard:str, # a shard's file name there
+                  reason:str, # the skip list's reason (a word)
+                  indices:list, # the skipped sample indices of `shard` (sorted, unique)
+                  made_by:str, # recorded in the sidecar
+                 )->Path:
+    "Write `reason`'s skip list of `shard` in `bucket`, atomically; its path."
+    p = skip_path(bucket, shard, reason)
+    tmp = p.with_name(p.name + f'.tmp{os.getpid()}')
+    tmp.write_text(json.dumps(dict(made_by=made_by, shard=shard, reason=reason, indices=list(indices),
+                                   updated_at=time.strftime('%Y-%m-%dT%H:%M:%S'))))
+    os.replace(tmp, p)
+    return p
+
+# %% ../nbs/07_mds.ipynb #c0ffee18
+def _skips_by_id(bucket:Path)->dict:
+    "reason → ids on its skip lists in the bucket folder `bucket` (read through its manifest)."
+    sides = skip_files(bucket)
+    if not sides: return {}
+    man = bucket / 'manifest.parquet'
+    try: rows = pq.read_table(man, columns=['id', 'shard', 'index']).to_pylist()
+    except Exception as e:
+        raise ValueError(f'{man} cannot be read ({type(e).__name__}) and {bucket} has skip lists that a rebuild '
+                         'would lose; restore the manifest, or delete the bucket folder to rebuild it without them') from None
+    at = {(r['shard'], r['index']): r['id'] for r in rows}
+    out = {}
+    for p, shard, reason in sides:
+        out.setdefault(reason, set()).update(at[(shard, i)] for i in read_sidecar(p) if (shard, i) in at)
+    return out
+
+def _put_skips(bucket:Path, man:pa.Table, skips:dict):
+    "Write `skips` (reason → ids) as the skip lists of the bucket folder `bucket`, whose manifest is `man`."
+    rows = man.select(['id', 'shard', 'index']).to_pylist()
+    for reason, ids in skips.items():
+        per = {}
+        for r in rows:
+            if r['id'] in ids: per.setdefault(r['shard'], []).append(r['index'])
+        for shard, idx in per.items(): write_sidecar(bucket, shard, reason, sorted(idx), made_by='prx_nb.mds.merge_parts')
+
 # %% ../nbs/07_mds.ipynb #5919184b
 def copy_bucket(src:Path, # a bucket folder
                 dst:Path, # the new bucket folder (nothing is done when it is complete already)
@@ -386,6 +493,7 @@ def copy_bucket(src:Path, # a bucket folder
     "Copy the samples of bucket `src` that `drop` keeps (bytes as they are) into a fresh bucket `dst`."
     from streaming import MDSWriter
     if (done := _complete(dst)) is not None: return done
+    if problems := check_bucket(src, hashes=True): _refuse(problems, f'copying {src}')  # never copy damaged bytes
     pdir = dst.with_name(dst.name + '.parts')
     part = pdir / 'part.00000'
     tmp = part.with_name(part.name + '.partial')
@@ -393,7 +501,7 @@ def copy_bucket(src:Path, # a bucket folder
     tmp.mkdir(parents=True)
     man, keep = pq.read_table(src / 'manifest.parquet'), []
     rows = man.select(['id', 'shard', 'index']).to_pylist()
-    with MDSWriter(out=str(tmp), columns=MDS_COLUMNS, size_limit=shard_bytes) as w:
+    with MDSWriter(out=str(tmp), columns=MDS_COLUMNS, size_limit=shard_bytes, hashes=['sha1']) as w:
         for i, (m, s) in enumerate(zip(rows, iter_bucket(src), strict=True)):
             if s['id'] != m['id']: raise RuntimeError(f'{src}: manifest and shards disagree at {m["id"]}')
             if drop(m): continue

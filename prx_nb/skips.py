@@ -4,20 +4,22 @@
 
 # %% ../nbs/07a_skips.ipynb #e622e538
 from __future__ import annotations
-import contextlib, fcntl, json, os, time
+import contextlib, fcntl, json, os, re, time, warnings
 from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 from fastcore.basics import patch
 from streaming import StreamingDataset
 from tqdm.auto import tqdm
 from .core import call_parse
-from .mds import (BucketWrite, iter_buckets, bucket_key, skip_path, skip_files,
-                        read_optouts, copy_bucket, ledger_path, tree_table, write_record)
+from .mds import (BucketWrite, iter_buckets, bucket_key, skip_path, skip_files, read_sidecar, write_sidecar,
+                        read_optouts, read_ledger, copy_bucket, ledger_path, tree_table, write_record, check_bucket,
+                        OPTOUT, _ids_in)
 
 # %% auto #0
-__all__ = ['locked', 'set_skips', 'add_skips', 'read_skips', 'skip_reasons', 'skip_ids', 'optout_indices', 'SkipStreamingDataset',
-           'skip_stats', 'optout', 'rewrite_bucket', 'rewrite', 'read_ids', 'prx_skip', 'prx_optout', 'prx_skip_stats',
-           'prx_rewrite']
+__all__ = ['REMOTE_RECORD', 'locked', 'set_skips', 'add_skips', 'read_skips', 'skip_reasons', 'skip_ids', 'optout_indices',
+           'stale_optouts', 'fetch_tree_files', 'SkipStreamingDataset', 'skip_stats', 'optout', 'sync_optouts',
+           'rewrite_bucket', 'rewrite', 'check_tree', 'read_ids', 'prx_skip', 'prx_optout', 'prx_skip_stats',
+           'prx_rewrite', 'prx_check']
 
 # %% ../nbs/07a_skips.ipynb #76e84d33
 @contextlib.contextmanager
@@ -28,17 +30,6 @@ def locked(folder:Path, # the folder whose files are read, changed and written b
         fcntl.flock(f, fcntl.LOCK_EX)
         try: yield
         finally: fcntl.flock(f, fcntl.LOCK_UN)
-
-def _sidecar(p:Path)->list:
-    "The indices a skip-list sidecar holds; `ValueError` naming it when it is damaged"
-    try:
-        v = json.loads(p.read_text())
-        idx = v['indices']
-        if not isinstance(idx, list) or not all(isinstance(i, int) for i in idx): raise TypeError('indices must be a list of ints')
-        return idx
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise ValueError(f'{p}: damaged skip list ({type(e).__name__}: {e}); restore it or rebuild it '
-                         '(prx_dedup, prx_skip); nothing is served from this bucket until then') from None
 
 # %% ../nbs/07a_skips.ipynb #17b03276
 def set_skips(bucket:Path, # a bucket folder
@@ -53,10 +44,7 @@ def set_skips(bucket:Path, # a bucket folder
     if not new:
         p.unlink(missing_ok=True)
         return 0
-    tmp = p.with_name(p.name + f'.tmp{os.getpid()}')
-    tmp.write_text(json.dumps(dict(made_by=made_by, shard=shard, reason=reason, indices=new,
-                                   updated_at=time.strftime('%Y-%m-%dT%H:%M:%S'))))
-    os.replace(tmp, p)
+    write_sidecar(bucket, shard, reason, new, made_by=made_by)
     return len(new)
 
 # %% ../nbs/07a_skips.ipynb #def0da12
@@ -69,7 +57,7 @@ def add_skips(bucket:Path, # a bucket folder
     "Add sample `indices` of `shard` to `reason`'s skip list, atomically; returns its new length."
     p = skip_path(bucket, shard, reason)
     with locked(bucket):  # two processes adding at once both keep their indices
-        have = set(_sidecar(p)) if p.exists() else set()
+        have = set(read_sidecar(p)) if p.exists() else set()
         new = have | {int(i) for i in indices}
         return set_skips(bucket, shard, reason, indices=new, made_by='prx_nb.skips.add_skips')
 
@@ -81,7 +69,7 @@ def read_skips(bucket:Path, # a bucket folder
     out = {}
     for p, shard, reason in skip_files(bucket):
         if reasons is None or reason in reasons:
-            out.setdefault(shard, set()).update(_sidecar(p))
+            out.setdefault(shard, set()).update(read_sidecar(p))
     return out
 
 # %% ../nbs/07a_skips.ipynb #ffd2cd7c
@@ -130,6 +118,71 @@ def optout_indices(bucket:Path, # a bucket folder of a tree
         if r['id'] in opted: out.setdefault(r['shard'], set()).add(r['index'])
     return out
 
+# %% ../nbs/07a_skips.ipynb #c0ffee21
+REMOTE_RECORD = 'tree.optout.parquet'  # the tree's opt-out record, as a stream with `remote=` keeps it in its cache
+
+def _stream_dir(st)->Path: return Path(st.local) / (st.split or '')
+
+def _stream_optouts(st, trees:dict)->set:
+    "The ids stream `st` must never serve (`trees` caches them per tree)."
+    local = _stream_dir(st)
+    if st.remote:
+        key = st.remote.rstrip('/').rsplit('/', 2)[0]
+        if key not in trees:
+            bj = local / 'bucket.json'
+            table = json.loads(bj.read_text()).get('table') if bj.exists() else None
+            trees[key] = _ids_in(local / REMOTE_RECORD, 'opt-out record') | read_ledger(table)
+        return trees[key]
+    root = local.parent.parent  # the record and the ledger: read once per tree, not per bucket
+    if root not in trees:
+        trees[root] = read_optouts(root)
+        if behind := stale_optouts(root):
+            warnings.warn(f'{root / OPTOUT} lacks {len(behind)} id(s) of the ledger {ledger_path(tree_table(root))}; '
+                          f'they are not served here, but a reader of this tree elsewhere sees only its record: '
+                          f'run `prx_optout --mds {root} --sync`', stacklevel=4)
+    return trees[root]
+
+def stale_optouts(root:str|Path, # an MDS tree
+                 )->set:
+    "Ids in the ledger of the table the tree was written from that its own record lacks."
+    return read_ledger(tree_table(root)) - _ids_in(Path(root) / OPTOUT, 'opt-out record')
+
+# %% ../nbs/07a_skips.ipynb #c0ffee23
+def _remote_names(remote:str, prefix:str='')->list:
+    "Names of the files directly in the remote folder `remote` that start with `prefix`."
+    from urllib.parse import urlparse
+    if '://' not in remote or remote.startswith('file://'):
+        p = Path(remote.removeprefix('file://'))
+        return sorted(f.name for f in p.iterdir() if f.is_file() and f.name.startswith(prefix)) if p.is_dir() else []
+    import tempfile
+    from streaming.base.storage import CloudUploader
+    with tempfile.TemporaryDirectory() as tmp:
+        keys = CloudUploader.get(out=(tmp, remote), exist_ok=True).list_objects(prefix) or []
+    folder = urlparse(remote).path.strip('/')
+    return sorted(k.rsplit('/', 1)[-1] for k in keys if (k.rsplit('/', 1)[0] if '/' in k else '') == folder)
+
+def fetch_tree_files(st, # a `streaming.Stream` with `remote`
+                    )->list:
+    "Download the bucket's `bucket.json`, manifest and skip lists, and the tree's opt-out record, into the stream's cache."
+    local = _stream_dir(st); local.mkdir(parents=True, exist_ok=True)
+    remote = st.remote.rstrip('/') + ('/' + st.split if st.split else '')
+    root = remote.rsplit('/', 2)[0]
+    names = _remote_names(remote)
+    sides = [n for n in names if n.startswith('shard.') and '.mds.skip.' in n and n.endswith('.json')]
+    want = [(f'{remote}/{n}', local / n) for n in ['bucket.json', 'manifest.parquet'] + sides if n in names]
+    if OPTOUT in _remote_names(root, OPTOUT): want.append((f'{root}/{OPTOUT}', local / REMOTE_RECORD))
+    else: (local / REMOTE_RECORD).unlink(missing_ok=True)
+    for p, _, _ in skip_files(local):
+        if p.name not in sides: p.unlink(missing_ok=True)  # removed on the remote since
+    for src, dst in want:
+        tmp = dst.with_name(dst.name + f'.tmp{os.getpid()}')
+        try: st._downloader.download(src, str(tmp), st.download_timeout)
+        except Exception as e:
+            raise ValueError(f'{src}: could not be downloaded ({type(e).__name__}: {e}); the skip lists of this '
+                             'bucket cannot be applied, so it is not served') from None
+        os.replace(tmp, dst)
+    return [d for _, d in want]
+
 # %% ../nbs/07a_skips.ipynb #5d365382
 class SkipStreamingDataset(StreamingDataset):
     "A `StreamingDataset` that never yields a sample on the skip lists of `reasons`."
@@ -142,6 +195,9 @@ class SkipStreamingDataset(StreamingDataset):
         if on_skip not in ('substitute', 'drop'):
             raise ValueError(f"on_skip must be 'substitute' or 'drop', not {on_skip!r}")
         super().__init__(**kwargs)
+        for st in self.streams:  # skip lists, manifests and the record travel with `remote=`; local shards are checked
+            if st.remote: fetch_tree_files(st)
+        self._check_shards()
         self.reasons = None if reasons is None else set(reasons) | {'optout'}  # opt-outs always apply
         self.on_skip = on_skip
         self._lut = self._substitutes()
@@ -154,14 +210,27 @@ def _shard_skips(self:SkipStreamingDataset)->list:
     "Per shard of the dataset: the set of its skipped sample indices."
     cache, trees, out = {}, {}, []
     for sid, shard in enumerate(self.shards):
-        local = self.streams[self.stream_per_shard[sid]].local
+        st = self.streams[self.stream_per_shard[sid]]
+        local = _stream_dir(st)
         if local not in cache:
-            cache[local] = read_skips(Path(local), self.reasons)
-            root = Path(local).parent.parent  # the record and the ledger: read once per tree, not per bucket
-            if root not in trees: trees[root] = read_optouts(root)
-            for s, idx in optout_indices(Path(local), trees[root]).items(): cache[local].setdefault(s, set()).update(idx)
+            cache[local] = read_skips(local, self.reasons)
+            opted = _stream_optouts(st, trees)
+            for s, idx in optout_indices(local, opted).items(): cache[local].setdefault(s, set()).update(idx)
         out.append(cache[local].get(shard.raw_data.basename, set()))
     return out
+
+# %% ../nbs/07a_skips.ipynb #c0ffee25
+@patch
+def _check_shards(self:SkipStreamingDataset):
+    "Stop, naming the file, when a shard read from disk is missing or not the size `index.json` gives."
+    for sid, shard in enumerate(self.shards):
+        st = self.streams[self.stream_per_shard[sid]]
+        p = _stream_dir(st) / shard.raw_data.basename
+        if st.remote and not p.exists(): continue  # downloaded when it is read
+        if not p.exists(): raise ValueError(f'{p} is missing (its index.json lists it); restore it, or run `prx_check`')
+        if (n := p.stat().st_size) != shard.raw_data.bytes:
+            raise ValueError(f'{p}: {n:,} bytes, index.json says {shard.raw_data.bytes:,} (truncated or replaced); '
+                             'restore it, or run `prx_check`')
 
 # %% ../nbs/07a_skips.ipynb #4cc76715
 @patch
@@ -247,8 +316,13 @@ def optout(root:str|Path, # the MDS tree
     table = table or tree_table(root)
     if table and '://' not in str(table): _add_to_ledger(str(table), ids)  # the source of truth: every later tree
     with locked(root):  # the record first: once it holds an id, no loader serves it
-        write_record(root, read_optouts(root) | set(ids))
+        write_record(root, read_optouts(root) | set(ids), table=table)
     return skip_ids(root, 'optout', ids)
+
+def sync_optouts(root:str|Path, # the MDS tree
+                )->dict:
+    "Bring the tree's record and `optout` skip lists up to its table's ledger (ids opted out with another tree)."
+    return optout(root, read_optouts(root))
 
 # %% ../nbs/07a_skips.ipynb #ae13a8d9
 def rewrite_bucket(src:Path, # a bucket folder
@@ -258,9 +332,15 @@ def rewrite_bucket(src:Path, # a bucket folder
                    exclude:set=frozenset(), # ids left out whatever the skip lists say (the opt-out record)
                    shard_bytes:int=128 << 20, # shard size limit
                   )->BucketWrite:
-    "Copy the kept samples of bucket folder `src` (bytes as they are) into a fresh bucket folder `dst`."
+    "Copy the kept samples of bucket folder `src` (bytes as they are) into a fresh bucket folder `dst`; None when none is kept."
     skips = read_skips(src, reasons)
     drop = lambda m: m['index'] in skips.get(m['shard'], ()) or m['id'] in exclude
+    if (src / 'manifest.parquet').exists() and not (dst / 'bucket.json').exists():
+        rows = pq.read_table(src / 'manifest.parquet', columns=['id', 'shard', 'index']).to_pylist()
+        if rows and all(map(drop, rows)):
+            warnings.warn(f'{src}: every one of its {len(rows)} samples is skipped; the bucket is left out of the new tree',
+                          stacklevel=2)
+            return None
     return copy_bucket(src, dst, drop=drop, shard_bytes=shard_bytes, made_by='prx_nb.skips.rewrite_bucket')
 
 # %% ../nbs/07a_skips.ipynb #924a8c4e
@@ -275,11 +355,67 @@ def rewrite(root:str|Path, # the MDS tree
     root, out = Path(root), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     excl = read_optouts(root) | read_optouts(out)  # what either tree must never serve, kept in the new one
-    if excl: write_record(out, excl)
+    if excl: write_record(out, excl, table=tree_table(root))
     buckets = list(iter_buckets(root))
     how = dict(reasons=reasons, exclude=excl, shard_bytes=shard_bytes)
-    return {bucket_key(b): rewrite_bucket(b, out / bucket_key(b), **how)
-            for b in tqdm(buckets, desc='rewrite', unit='bucket', disable=not progress)}
+    res = {bucket_key(b): rewrite_bucket(b, out / bucket_key(b), **how)
+           for b in tqdm(buckets, desc='rewrite', unit='bucket', disable=not progress)}
+    return {k: v for k, v in res.items() if v is not None}
+
+# %% ../nbs/07a_skips.ipynb #c0ffee31
+def _check_sidecars(b:Path, samples:dict)->list:
+    "Problems of the skip lists of bucket `b` (`samples`: shard → sample count)."
+    out = []
+    for p in sorted(b.iterdir()):
+        if '.skip.' in p.name.lower() and not re.fullmatch(r'shard\.\d+\.mds\.skip\.[\w-]+\.json(\.tmp\d+)?', p.name):
+            out.append(('error', p, 'not a skip-list name (shard.NNNNN.mds.skip.REASON.json): no reader reads it'))
+    for p, shard, reason in skip_files(b):
+        try: idx = read_sidecar(p)
+        except ValueError as e: out.append(('error', p, str(e).split(': ', 1)[1])); continue
+        if shard not in samples: out.append(('error', p, f'names {shard}, which index.json does not list'))
+        elif bad := [i for i in idx if not 0 <= i < samples[shard]]:
+            out.append(('error', p, f'{len(bad)} index(es) outside 0..{samples[shard] - 1}, e.g. {bad[0]}'))
+    return out
+
+def check_tree(root:str|Path, # an MDS tree
+               hashes:bool=True, # also read every shard and compare its SHA-1 (the cheap checks only: False)
+               progress:bool=False, # show a progress bar over the buckets
+              ):
+    "A DataFrame of the tree's problems and notes (level, file, problem); no `error` rows when it is sound."
+    import pandas as pd
+    root, rows = Path(root), []
+    add = lambda level, p, why: rows.append(dict(level=level, file=str(p), problem=why))
+    if not root.is_dir(): add('error', root, 'not a folder')
+    try: opted = _ids_in(root / OPTOUT, 'opt-out record')
+    except ValueError as e: add('error', root / OPTOUT, str(e).split(': ', 1)[1]); opted = set()
+    table = tree_table(root) if root.is_dir() else None
+    try:
+        if behind := read_ledger(table) - opted:
+            add('error', root / OPTOUT, f'lacks {len(behind)} id(s) of the ledger {ledger_path(table)} (opted out '
+                'since, or with another tree): run `prx_optout --mds ROOT --sync`')
+            opted |= behind
+    except ValueError as e: add('error', ledger_path(table), str(e).split(': ', 1)[1])
+    buckets = list(iter_buckets(root, complete=False))
+    for b in tqdm(buckets, desc='check', unit='bucket', disable=not progress):
+        if not (b / 'bucket.json').exists():
+            add('error', b / 'bucket.json', 'missing: the bucket is unfinished or lost it; no tool serves it, '
+                'the next prx_write_mds writes it again (keeping its skip lists)'); continue
+        problems = check_bucket(b, hashes=hashes)
+        for p, why in problems: add('error', p, why)
+        if any(p.name in ('index.json', 'manifest.parquet') for p, _ in problems): continue
+        shards = json.loads((b / 'index.json').read_text())['shards']
+        if hashes and any(not (s['raw_data'].get('hashes') or {}) for s in shards):
+            add('note', b / 'index.json', 'shards written without hashes: flipped bytes cannot be found (rewrite to add them)')
+        for lvl, p, why in _check_sidecars(b, {s['raw_data']['basename']: s['samples'] for s in shards}): add(lvl, p, why)
+        if opted:
+            have = {(sh, i) for sh, idx in read_skips(b, ['optout']).items() for i in idx}
+            miss = {(sh, i) for sh, idx in optout_indices(b, opted).items() for i in idx} - have
+            if miss: add('error', b, f'{len(miss)} opted-out sample(s) not on its optout skip lists (the loader still '
+                         'applies them from the record): run `prx_optout --mds ROOT --sync`')
+    for p in sorted(root.glob('*/*')) if root.is_dir() else []:
+        if p.name.endswith(('.partial', '.parts')): add('note', p, 'left by a killed run; the next prx_write_mds removes or finishes it')
+    if root.is_dir() and not buckets: add('error', root, 'no buckets (<tier>/<W>x<H> folders) here')
+    return pd.DataFrame(rows, columns=['level', 'file', 'problem'])
 
 # %% ../nbs/07a_skips.ipynb #7cda4192
 def read_ids(path:str|Path, # an ids file
@@ -315,12 +451,15 @@ def prx_skip(mds:str=None, # root of the MDS tree (required)
 # %% ../nbs/07a_skips.ipynb #1fe8916e
 @call_parse
 def prx_optout(mds:str=None, # root of the MDS tree (required)
-               ids:str=None, # file with one Lance id per line, exactly as written, UTF-8 (required)
+               ids:str=None, # file with one Lance id per line, exactly as written, UTF-8 (required unless --sync)
                table:str=None, # Lance table whose ledger records them (default: the one the tree was written from)
+               sync:bool=False, # also bring the tree up to its table's ledger (ids opted out with another tree)
               ):
     "User opt-out: record these Lance ids (ledger beside the table, and the tree) and skip them everywhere."
-    if not (mds and ids): raise SystemExit('prx_optout: --mds and --ids are required')
-    try: res = optout(mds, read_ids(ids), table=table)
+    if not (mds and (ids or sync)): raise SystemExit('prx_optout: --mds and --ids (or --sync) are required')
+    try:
+        res = optout(mds, read_ids(ids) if ids else [], table=table)
+        if sync: res = sync_optouts(mds)
     except ValueError as e: raise SystemExit(f'prx_optout: {e}') from None
     n = sum(v for k, v in res.items() if k != 'not_found')
     print(f"{n} samples opted out; {res['not_found']} ids not in the tree (recorded all the same)")
@@ -351,3 +490,17 @@ def prx_rewrite(mds:str=None, # root of the MDS tree (required)
     res = rewrite(mds, out, reasons=reasons.split(',') if reasons else None, shard_bytes=shard_mb << 20,
                   progress=not quiet)
     print(f'{sum(b.written for b in res.values()):,} samples in {len(res)} buckets in {out}')
+
+# %% ../nbs/07a_skips.ipynb #c0ffee35
+@call_parse
+def prx_check(mds:str=None, # root of the MDS tree (required)
+              no_hashes:bool=False, # skip reading every shard for its SHA-1 (sizes are still checked)
+              quiet:bool=False, # no progress bar
+             ):
+    "Check an MDS tree: index, shard sizes and hashes, manifests, skip lists, opt-out record and ledger."
+    if not mds: raise SystemExit('prx_check: --mds is required')
+    ck = check_tree(mds, hashes=not no_hashes, progress=not quiet)
+    for r in ck.itertuples(): print(f'{r.level:>5}  {r.file}: {r.problem}')
+    n = int((ck.level == 'error').sum())
+    print(f'{mds}: {n} problem(s), {len(ck) - n} note(s)' if len(ck) else f'{mds}: sound')
+    if n: raise SystemExit(1)

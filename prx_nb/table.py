@@ -4,7 +4,7 @@
 
 # %% ../nbs/00c_table.ipynb #b41f19a6
 from __future__ import annotations
-import time, urllib.error, urllib.request, warnings
+import random, time, urllib.error, urllib.request, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import pyarrow as pa, pyarrow.compute as pc, pyarrow.fs as pafs
@@ -12,9 +12,9 @@ from tqdm.auto import tqdm
 from .core import call_parse, Engine, as_engine
 
 # %% auto #0
-__all__ = ['HTTP_TRIES', 'HTTP_TIMEOUT', 'open_table', 'sql_str', 'sql_in', 'read_path', 'image_bytes', 'write_back',
-           'ColumnFill', 'fill_column', 'FragmentHealth', 'fragment_health', 'check_fragments', 'compact',
-           'prx_compact']
+__all__ = ['HTTP_TRIES', 'HTTP_TIMEOUT', 'open_table', 'sql_str', 'sql_in', 'read_path', 'image_bytes', 'commit_updates',
+           'add_columns', 'write_back', 'ColumnFill', 'fill_column', 'FragmentHealth', 'fragment_health',
+           'check_fragments', 'compact', 'prx_compact']
 
 # %% ../nbs/00c_table.ipynb #72ea3b80
 _SESSIONS = {}
@@ -89,24 +89,51 @@ def _commit_columns(table:str, ds, parts:list):
                                      update_mode='rewrite_columns')
     return lance.LanceDataset.commit(table, op, read_version=ds.version)
 
+# %% ../nbs/00c_table.ipynb #c0ffee02
+def _retry_conflicts(fn, tries:int=12):
+    "Call `fn(attempt)` until it does not raise Lance's retryable commit conflict (another writer committed first)"
+    from lance.commit import CommitConflictError
+    for attempt in range(tries):
+        try: return fn(attempt)
+        except CommitConflictError:
+            if attempt == tries - 1: raise
+            time.sleep(random.uniform(0, 0.05 * 2 ** min(attempt, 6)))
+
+def commit_updates(table:str, # the Lance table
+                   ds, # the dataset the values were computed on
+                   updates:list, # (fragment id, Arrow table of `_rowid` and the columns to set) per fragment
+                   tries:int=12, # attempts when another writer commits first
+                  ):
+    "Rewrite the given columns of the given fragments and commit them as one `Update`, retrying commit conflicts; the new dataset."
+    import lance
+    def attempt(n):
+        cur = ds if n == 0 else lance.dataset(table)
+        parts = [tuple(cur.get_fragment(fid).update_columns(u, left_on='_rowid')[:2]) for fid, u in updates]
+        return _commit_columns(table, cur, parts)
+    return _retry_conflicts(attempt, tries)
+
+def add_columns(table:str, # the Lance table
+                fields:list, # `pa.field`s to add, all null (those the table has already are left alone)
+                tries:int=12, # attempts when another writer commits first
+               ):
+    "Add the `fields` the table lacks, all null, retrying commit conflicts; the dataset after."
+    import lance
+    def attempt(n):
+        ds = lance.dataset(table)
+        new = [f.with_nullable(True) for f in fields if f.name not in ds.schema.names]
+        if new: ds.add_columns(new); ds = lance.dataset(table)
+        return ds
+    return _retry_conflicts(attempt, tries)
+
 # %% ../nbs/00c_table.ipynb #927b6ec8
 def write_back(table:str, # the Lance table
                rows:pa.Table, # `_rowid` (from a scan `with_row_id=True`) and the columns to set
               )->int:
     "Set columns of the rows named by `_rowid`; the new version."
-    import lance
-    ds = lance.dataset(table)
-    new = [rows.schema.field(c) for c in rows.column_names if c != '_rowid' and c not in ds.schema.names]
-    if new:  # columns the table lacks are added first, all null
-        ds.add_columns([f.with_nullable(True) for f in new])
-        ds = lance.dataset(table)
+    ds = add_columns(table, [rows.schema.field(c) for c in rows.column_names if c != '_rowid'])  # missing ones: all null
     frag = pc.shift_right(rows['_rowid'].cast(pa.uint64()), 32)
-    parts = []
-    for fid in pc.unique(frag).to_pylist():
-        sel = rows.filter(pc.equal(frag, fid))
-        md, fields = ds.get_fragment(fid).update_columns(sel, left_on='_rowid')[:2]
-        parts.append((md, list(fields)))
-    return _commit_columns(table, ds, parts).version if parts else ds.version
+    updates = [(fid, rows.filter(pc.equal(frag, fid))) for fid in pc.unique(frag).to_pylist()]
+    return commit_updates(table, ds, updates).version if updates else ds.version
 
 # %% ../nbs/00c_table.ipynb #8b0b204a
 @dataclass(frozen=True)
@@ -133,26 +160,24 @@ def _fill_fragment(frag, spec:_Fill):
         ids.append(b.column('_rowid'))
         vals.append(out.cast(spec.dtype) if isinstance(out, pa.Array) else pa.array(out, spec.dtype))
     if not ids: return None
-    upd = pa.table({'_rowid': pa.chunked_array(ids, pa.uint64()),
-                    spec.column: pa.chunked_array(vals, spec.dtype)})
-    md, fields = frag.update_columns(upd, left_on='_rowid')[:2]
-    return md, list(fields), upd.num_rows
+    return frag.fragment_id, pa.table({'_rowid': pa.chunked_array(ids, pa.uint64()),
+                                       spec.column: pa.chunked_array(vals, spec.dtype)})
 
 # %% ../nbs/00c_table.ipynb #ffdd97fb
 def _ray_fill(row:dict, table:str, version:int, spec:_Fill)->dict:
     "Ray Data UDF: fill fragment `row['fragment']` of `table` at `version`."
     import lance, pickle
     r = _fill_fragment(lance.dataset(table, version=version).get_fragment(int(row['fragment'])), spec)
-    return dict(fragment=row['fragment'], meta=pickle.dumps(r[:2]) if r else b'', rows=r[2] if r else 0)
+    return dict(fragment=row['fragment'], meta=pickle.dumps(r[1]) if r else b'', rows=r[1].num_rows if r else 0)
 
 # %% ../nbs/00c_table.ipynb #a3fe2fee
 def _ray_wave(table:str, version:int, wave:list, spec:_Fill)->list:
-    "Filled parts of the fragments of `wave`, by Ray workers."
+    "(fragment id, values) of the fragments of `wave`, computed by Ray workers."
     import pickle, ray
     frags = [dict(fragment=f.fragment_id) for f, _ in wave]
     items = ray.data.from_items(frags, override_num_blocks=len(wave))
     out = items.map(_ray_fill, fn_kwargs=dict(table=table, version=version, spec=spec)).take_all()
-    return [(*pickle.loads(o['meta']), o['rows']) for o in out if o['rows']]
+    return [(int(o['fragment']), pickle.loads(o['meta'])) for o in out if o['rows']]
 
 # %% ../nbs/00c_table.ipynb #7a30396b
 @dataclass
@@ -178,12 +203,8 @@ def fill_column(table:str, # the Lance table
                 progress:bool=True, # show a progress bar
                )->ColumnFill:
     "Compute `column` with `fn` where it is null."
-    import lance
     engine = as_engine(engine)
-    ds = lance.dataset(table)
-    if column not in ds.schema.names:
-        ds.add_columns(pa.field(column, dtype, nullable=True))
-        ds = lance.dataset(table)
+    ds = add_columns(table, [pa.field(column, dtype)])
     flt = f'{column} IS NULL' + (f' AND ({where})' if where else '')
     spec = _Fill(fn=fn, column=column, dtype=dtype, read_columns=read_columns, flt=flt, batch_size=batch_size)
     todo = [(f, n) for f in ds.get_fragments() if (n := f.count_rows(spec.flt))]
@@ -195,8 +216,8 @@ def fill_column(table:str, # the Lance table
             if engine.is_ray: parts = _ray_wave(table, ds.version, wave, spec=spec)
             else: parts = [p for f, _ in wave if (p := _fill_fragment(f, spec)) is not None]
             if parts:
-                ds = _commit_columns(table, ds, parts)
-                res.filled += sum(p[2] for p in parts)
+                ds = commit_updates(table, ds, parts)  # another writer's commit meanwhile: rewritten and retried
+                res.filled += sum(u.num_rows for _, u in parts)
                 res.fragments += len(parts)
                 res.commits += 1
             bar.update(sum(n for _, n in wave))
