@@ -12,7 +12,7 @@ import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from .core import call_parse
 from .phash import phash, hamming, add_phash
-from .mds import iter_bucket, iter_buckets, bucket_key, read_optouts, check_bucket, _refuse
+from .mds import iter_bucket, iter_buckets, bucket_key, read_optouts, check_bucket, refuse_damaged
 from .skips import set_skips, read_skips
 
 # %% auto #0
@@ -149,7 +149,7 @@ def tree_fingerprints(root:str|Path, # the MDS tree
     parts, computed, missing, source = [], 0, {}, None
     cols = ['id', 'shard', 'index', 'src_width', 'src_height', 'src_nbytes', 'phash', 'phash_from']
     for b in tqdm(list(iter_buckets(root)), desc='fingerprints', unit='bucket', disable=not progress):
-        if problems := check_bucket(b): _refuse(problems, 'dedup')  # a missing manifest is never passed over
+        if problems := check_bucket(b): refuse_damaged(problems, 'dedup')  # a missing manifest is never passed over
         man = b / 'manifest.parquet'
         t = _phash_columns(pq.read_table(man))
         need = [i for i, p in zip(t['id'].to_pylist(), t['phash'].to_pylist()) if p is None]

@@ -15,10 +15,10 @@ from .table import sql_in, image_bytes
 from .bucket import Bucketer
 
 # %% auto #0
-__all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'check_bucket', 'write_bucket',
-           'ledger_path', 'read_ledger', 'tree_table', 'read_optouts', 'clean_leftovers', 'write_record', 'MDSWrite',
-           'write_mds', 'iter_bucket', 'iter_buckets', 'bucket_key', 'skip_path', 'skip_files', 'read_sidecar',
-           'write_sidecar', 'copy_bucket', 'prx_write_mds']
+__all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'check_bucket', 'refuse_damaged',
+           'write_bucket', 'read_id_column', 'ledger_path', 'read_ledger', 'tree_table', 'read_optouts',
+           'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds', 'iter_bucket', 'iter_buckets', 'bucket_key',
+           'skip_path', 'skip_files', 'read_sidecar', 'write_sidecar', 'copy_bucket', 'prx_write_mds']
 
 # %% ../nbs/07_mds.ipynb #67faddf4
 MDS_COLUMNS = {'jpg': 'bytes', 'caption': 'str', 'width': 'int32', 'height': 'int32', 'id': 'str'}
@@ -208,7 +208,7 @@ def check_bucket(bucket:str|Path, # a bucket folder
     except Exception as e: bad(b / 'manifest.parquet', f'cannot be read ({type(e).__name__}: {e})')
     return out
 
-def _refuse(problems:list, what:str):
+def refuse_damaged(problems:list, what:str):
     "Raise the `ValueError` a tool stops with: the first problem, how many there are, what to do."
     (p, why), more = problems[0], len(problems) - 1
     raise ValueError(f'{p}: {why}' + (f' (and {more} more problem(s))' if more else '') +
@@ -219,7 +219,7 @@ def _refuse(problems:list, what:str):
 def _complete(final:Path)->BucketWrite|None:
     "What a finished bucket folder holds, or None when it is not finished; `ValueError` when it is damaged."
     if not (final / 'bucket.json').exists(): return None
-    if problems := check_bucket(final): _refuse(problems, 'reusing the bucket')
+    if problems := check_bucket(final): refuse_damaged(problems, 'reusing the bucket')
     m = json.loads((final / 'bucket.json').read_text())
     return BucketWrite(m['bucket'], written=m['samples'], rejected=Counter(m.get('rejected', {})),
                        shards=m['shards'], skipped_complete=True)
@@ -257,7 +257,7 @@ def write_bucket(ds, # the Lance dataset (at the version being written)
 # %% ../nbs/07_mds.ipynb #76e599e8
 OPTOUT = 'optout.parquet'  # ids recorded as opted out, at the root of an MDS tree (see `prx_nb.skips.optout`)
 
-def _ids_in(p:Path, what:str)->set:
+def read_id_column(p:Path, what:str)->set:
     "The `id` column of the Parquet file `p` (empty when it is missing); `ValueError` naming it when damaged"
     if not p.exists(): return set()
     try: return set(pq.read_table(p, columns=['id'])['id'].to_pylist())
@@ -274,7 +274,7 @@ def read_ledger(table:str|Path|None, # the Lance table, or None
                )->set:
     "The ids in the opt-out ledger of `table` (empty when it has none or is not a local path)"
     if not table or '://' in str(table): return set()
-    return _ids_in(ledger_path(table), 'opt-out ledger')
+    return read_id_column(ledger_path(table), 'opt-out ledger')
 
 def tree_table(root:str|Path, # an MDS tree
               )->str|None:
@@ -286,7 +286,7 @@ def tree_table(root:str|Path, # an MDS tree
 def read_optouts(root:str|Path, # an MDS tree
                 )->set:
     "The ids opted out for the MDS tree `root`: its own record and the ledger of the table it was written from."
-    return _ids_in(Path(root) / OPTOUT, 'opt-out record') | read_ledger(tree_table(root))
+    return read_id_column(Path(root) / OPTOUT, 'opt-out record') | read_ledger(tree_table(root))
 
 # %% ../nbs/07_mds.ipynb #56bf49f3
 def _alive(pid:int)->bool:
@@ -480,7 +480,7 @@ def _put_skips(bucket:Path, man:pa.Table, skips:dict):
         per = {}
         for r in rows:
             if r['id'] in ids: per.setdefault(r['shard'], []).append(r['index'])
-        for shard, idx in per.items(): write_sidecar(bucket, shard, reason, sorted(idx), made_by='prx_nb.mds.merge_parts')
+        for shard, idx in per.items(): write_sidecar(bucket, shard, reason, indices=sorted(idx), made_by='prx_nb.mds.merge_parts')
 
 # %% ../nbs/07_mds.ipynb #5919184b
 def copy_bucket(src:Path, # a bucket folder
@@ -493,7 +493,7 @@ def copy_bucket(src:Path, # a bucket folder
     "Copy the samples of bucket `src` that `drop` keeps (bytes as they are) into a fresh bucket `dst`."
     from streaming import MDSWriter
     if (done := _complete(dst)) is not None: return done
-    if problems := check_bucket(src, hashes=True): _refuse(problems, f'copying {src}')  # never copy damaged bytes
+    if problems := check_bucket(src, hashes=True): refuse_damaged(problems, f'copying {src}')  # never copy damaged bytes
     pdir = dst.with_name(dst.name + '.parts')
     part = pdir / 'part.00000'
     tmp = part.with_name(part.name + '.partial')

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from .core import call_parse
 from .mds import (BucketWrite, iter_buckets, bucket_key, skip_path, skip_files, read_sidecar, write_sidecar,
                         read_optouts, read_ledger, copy_bucket, ledger_path, tree_table, write_record, check_bucket,
-                        OPTOUT, _ids_in)
+                        OPTOUT, read_id_column, refuse_damaged)
 
 # %% auto #0
 __all__ = ['REMOTE_RECORD', 'locked', 'set_skips', 'add_skips', 'read_skips', 'skip_reasons', 'skip_ids', 'optout_indices',
@@ -44,7 +44,7 @@ def set_skips(bucket:Path, # a bucket folder
     if not new:
         p.unlink(missing_ok=True)
         return 0
-    write_sidecar(bucket, shard, reason, new, made_by=made_by)
+    write_sidecar(bucket, shard, reason, indices=new, made_by=made_by)
     return len(new)
 
 # %% ../nbs/07a_skips.ipynb #def0da12
@@ -131,7 +131,7 @@ def _stream_optouts(st, trees:dict)->set:
         if key not in trees:
             bj = local / 'bucket.json'
             table = json.loads(bj.read_text()).get('table') if bj.exists() else None
-            trees[key] = _ids_in(local / REMOTE_RECORD, 'opt-out record') | read_ledger(table)
+            trees[key] = read_id_column(local / REMOTE_RECORD, 'opt-out record') | read_ledger(table)
         return trees[key]
     root = local.parent.parent  # the record and the ledger: read once per tree, not per bucket
     if root not in trees:
@@ -145,7 +145,7 @@ def _stream_optouts(st, trees:dict)->set:
 def stale_optouts(root:str|Path, # an MDS tree
                  )->set:
     "Ids in the ledger of the table the tree was written from that its own record lacks."
-    return read_ledger(tree_table(root)) - _ids_in(Path(root) / OPTOUT, 'opt-out record')
+    return read_ledger(tree_table(root)) - read_id_column(Path(root) / OPTOUT, 'opt-out record')
 
 # %% ../nbs/07a_skips.ipynb #c0ffee23
 def _remote_names(remote:str, prefix:str='')->list:
@@ -278,6 +278,7 @@ def skip_stats(root:str|Path, # an MDS tree
     import pandas as pd
     rows = []
     for b in iter_buckets(root):
+        if problems := check_bucket(b): refuse_damaged(problems, 'skip_stats')
         n = sum(s['samples'] for s in json.loads((b / 'index.json').read_text())['shards'])
         row = dict(bucket=bucket_key(b), samples=n)
         for r in sorted(skip_reasons(b)): row[r] = sum(map(len, read_skips(b, [r]).values()))
@@ -386,7 +387,7 @@ def check_tree(root:str|Path, # an MDS tree
     root, rows = Path(root), []
     add = lambda level, p, why: rows.append(dict(level=level, file=str(p), problem=why))
     if not root.is_dir(): add('error', root, 'not a folder')
-    try: opted = _ids_in(root / OPTOUT, 'opt-out record')
+    try: opted = read_id_column(root / OPTOUT, 'opt-out record')
     except ValueError as e: add('error', root / OPTOUT, str(e).split(': ', 1)[1]); opted = set()
     table = tree_table(root) if root.is_dir() else None
     try:
@@ -406,8 +407,9 @@ def check_tree(root:str|Path, # an MDS tree
         shards = json.loads((b / 'index.json').read_text())['shards']
         if hashes and any(not (s['raw_data'].get('hashes') or {}) for s in shards):
             add('note', b / 'index.json', 'shards written without hashes: flipped bytes cannot be found (rewrite to add them)')
-        for lvl, p, why in _check_sidecars(b, {s['raw_data']['basename']: s['samples'] for s in shards}): add(lvl, p, why)
-        if opted:
+        side = _check_sidecars(b, {s['raw_data']['basename']: s['samples'] for s in shards})
+        for lvl, p, why in side: add(lvl, p, why)
+        if opted and not any(p.name.endswith('.skip.optout.json') for _, p, _ in side):  # a damaged optout list: said above
             have = {(sh, i) for sh, idx in read_skips(b, ['optout']).items() for i in idx}
             miss = {(sh, i) for sh, idx in optout_indices(b, opted).items() for i in idx} - have
             if miss: add('error', b, f'{len(miss)} opted-out sample(s) not on its optout skip lists (the loader still '
@@ -471,7 +473,8 @@ def prx_skip_stats(mds:str=None, # root of the MDS tree (required)
                   ):
     "The skipped share per bucket and reason, and which buckets are worth rewriting."
     if not mds: raise SystemExit('prx_skip_stats: --mds is required')
-    st = skip_stats(mds, threshold)
+    try: st = skip_stats(mds, threshold)
+    except ValueError as e: raise SystemExit(f'prx_skip_stats: {e}') from None
     print(st.to_string() if len(st) else f'{mds}: no MDS buckets found')
     if len(st) and st.rewrite.any():
         print(f"{int(st.rewrite.sum())} buckets skip more than {threshold:.0%}: "
@@ -487,8 +490,9 @@ def prx_rewrite(mds:str=None, # root of the MDS tree (required)
                ):
     "A fresh MDS tree without the skipped (and opted-out) samples; bytes copied, never re-encoded."
     if not (mds and out): raise SystemExit('prx_rewrite: --mds and --out are required')
-    res = rewrite(mds, out, reasons=reasons.split(',') if reasons else None, shard_bytes=shard_mb << 20,
-                  progress=not quiet)
+    try: res = rewrite(mds, out, reasons=reasons.split(',') if reasons else None, shard_bytes=shard_mb << 20,
+                       progress=not quiet)
+    except ValueError as e: raise SystemExit(f'prx_rewrite: {e}') from None
     print(f'{sum(b.written for b in res.values()):,} samples in {len(res)} buckets in {out}')
 
 # %% ../nbs/07a_skips.ipynb #c0ffee35
@@ -499,7 +503,8 @@ def prx_check(mds:str=None, # root of the MDS tree (required)
              ):
     "Check an MDS tree: index, shard sizes and hashes, manifests, skip lists, opt-out record and ledger."
     if not mds: raise SystemExit('prx_check: --mds is required')
-    ck = check_tree(mds, hashes=not no_hashes, progress=not quiet)
+    try: ck = check_tree(mds, hashes=not no_hashes, progress=not quiet)
+    except ValueError as e: raise SystemExit(f'prx_check: {e}') from None
     for r in ck.itertuples(): print(f'{r.level:>5}  {r.file}: {r.problem}')
     n = int((ck.level == 'error').sum())
     print(f'{mds}: {n} problem(s), {len(ck) - n} note(s)' if len(ck) else f'{mds}: sound')

@@ -1,7 +1,7 @@
-"""The opt-out promise on the reader paths prx_nb has today: whatever the reasons chosen, whatever happened to the
-sidecars, and with several writers at once, an opted-out id is never served. (Remote streaming, a ledger kept with the
-Lance table and `prx_check` are not built yet.)"""
-import json, subprocess, sys
+"""The opt-out promise on every reader path: whatever the reasons chosen, whatever happened to the sidecars, with
+several writers at once, from a new tree, a second rewrite or a remote (another folder, an S3 emulation), an opted-out id
+is never served; damaged trees stop every tool, naming the file, and `prx_check` reports each damage."""
+import json, os, shutil, socket, subprocess, sys, warnings
 from pathlib import Path
 import pyarrow.parquet as pq, pytest
 from streaming import StreamingDataset
@@ -138,3 +138,170 @@ def test_a_new_tree_from_the_same_table_and_a_second_rewrite_honour_earlier_opt_
     (sb,) = list(iter_buckets(root.parent / 'slim'))
     got = set(served(sb)[0])
     assert not {'imgs/09.png', 'imgs/10.png'} & got and len(got) == 22
+
+
+def stream_remote(remote, cache):
+    ds = SkipStreamingDataset(remote=str(remote), local=str(cache), batch_size=1)
+    return [ds[i]['id'] for i in range(ds.num_samples)], ds
+
+
+def test_streaming_from_a_remote_folder_applies_skip_lists_and_the_record_and_refreshes_them(tree, tmp_path):
+    root, b, _ = tree
+    optout(root, ['imgs/03.png'])
+    skip_ids(root, 'dedup', ['imgs/04.png'])
+    remote = tmp_path / 'bucket_store'
+    shutil.copytree(root, remote)  # the tree as uploaded: a different folder from the cache
+    rb = remote / b.relative_to(root)
+    (rb / next(rb.glob('*.skip.optout.json')).name).unlink()  # even without its sidecar, the record holds
+    got, ds = stream_remote(rb, tmp_path / 'cache')
+    assert not {'imgs/03.png', 'imgs/04.png'} & set(got) and ds.num_skipped == 2
+    del ds
+    optout(remote, ['imgs/05.png'])  # opted out on the remote after the cache was filled
+    got, _ = stream_remote(rb, tmp_path / 'cache')
+    assert 'imgs/05.png' not in got and 'imgs/04.png' not in got
+
+
+def free_port():
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_streaming_from_an_s3_emulation_applies_skip_lists_and_the_record(tree, tmp_path, monkeypatch):
+    import boto3
+    from moto.server import ThreadedMotoServer
+    root, b, _ = tree
+    optout(root, ['imgs/06.png'])
+    skip_ids(root, 'text', ['imgs/07.png'])
+    port = free_port()
+    server = ThreadedMotoServer(ip_address='127.0.0.1', port=port); server.start()
+    try:
+        for k, v in dict(S3_ENDPOINT_URL=f'http://127.0.0.1:{port}', AWS_ACCESS_KEY_ID='test', AWS_SECRET_ACCESS_KEY='test',
+                         AWS_DEFAULT_REGION='us-east-1').items(): monkeypatch.setenv(k, v)
+        s3 = boto3.client('s3', endpoint_url=f'http://127.0.0.1:{port}')
+        s3.create_bucket(Bucket='corpus')
+        for f in root.rglob('*'):
+            if f.is_file() and not f.name.startswith('.'): s3.upload_file(str(f), 'corpus', f'tree/{f.relative_to(root).as_posix()}')
+        got, ds = stream_remote(f's3://corpus/tree/{b.relative_to(root).as_posix()}', tmp_path / 's3cache')
+        assert not {'imgs/06.png', 'imgs/07.png'} & set(got) and ds.num_skipped == 2 and len(got) == 24
+        assert (tmp_path / 's3cache' / 'tree.optout.parquet').exists()
+    finally:
+        server.stop()
+
+
+def test_a_stale_tree_is_applied_the_ledger_warned_about_and_synced(tree):
+    root, b, _ = tree
+    table = root.parent / 't.lance'
+    other = root.parent / 'other'
+    write_mds(str(table), other, progress=False)
+    optout(other, ['imgs/11.png'])  # opted out through another tree: the ledger has it, this tree's record does not
+    with pytest.warns(UserWarning, match='--sync'):
+        assert 'imgs/11.png' not in served(b)[0]
+    r = subprocess.run([str(BIN / 'prx_check'), '--mds', str(root), '--quiet'], capture_output=True, text=True)
+    assert r.returncode == 1 and 'lacks 1 id(s) of the ledger' in r.stdout
+    subprocess.run([str(BIN / 'prx_optout'), '--mds', str(root), '--sync'], check=True, capture_output=True)
+    assert 'imgs/11.png' in pq.read_table(root / 'optout.parquet')['id'].to_pylist()
+    assert any(b.glob('*.skip.optout.json'))
+    r = subprocess.run([str(BIN / 'prx_check'), '--mds', str(root), '--quiet'], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip().endswith('sound'), r.stdout
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # no warning once synced
+        served(b)
+
+
+def shard_of(b):
+    return b / json.loads((b / 'index.json').read_text())['shards'][0]['raw_data']['basename']
+
+
+DAMAGE = {
+    'index deleted': lambda b: (b / 'index.json').unlink(),
+    'shard deleted': lambda b: shard_of(b).unlink(),
+    'shard truncated': lambda b: shard_of(b).write_bytes(shard_of(b).read_bytes()[:1000]),
+    'bytes flipped': lambda b: shard_of(b).write_bytes(bytes(x ^ 0xFF if i == 5000 else x for i, x in enumerate(shard_of(b).read_bytes()))),
+    'manifest deleted': lambda b: (b / 'manifest.parquet').unlink(),
+    'sidecar damaged': lambda b: next(b.glob('*.skip.optout.json')).write_text('{"indices": "1"}'),
+    'sidecar renamed': lambda b: (s := next(b.glob('*.skip.optout.json'))).rename(s.with_suffix('.JSON')),
+    'record damaged': lambda b: (b.parent.parent / 'optout.parquet').write_bytes(b'PAR1 not parquet'),
+}
+NAMED = {'index deleted': 'index.json', 'shard deleted': 'shard.00000.mds', 'shard truncated': 'shard.00000.mds',
+         'bytes flipped': 'shard.00000.mds', 'manifest deleted': 'manifest.parquet', 'sidecar damaged': '.skip.optout.json',
+         'sidecar renamed': '.skip.optout.JSON', 'record damaged': 'optout.parquet'}
+
+
+@pytest.mark.parametrize('damage', list(DAMAGE))
+def test_prx_check_reports_each_damage_with_its_file(tree, damage):
+    root, b, _ = tree
+    optout(root, ['imgs/12.png'])
+    assert subprocess.run([str(BIN / 'prx_check'), '--mds', str(root), '--quiet'], capture_output=True).returncode == 0
+    DAMAGE[damage](b)
+    r = subprocess.run([str(BIN / 'prx_check'), '--mds', str(root), '--quiet'], capture_output=True, text=True)
+    errors = [l for l in r.stdout.splitlines() if l.lstrip().startswith('error')]
+    assert r.returncode == 1 and errors and any(NAMED[damage] in l for l in errors), r.stdout
+    assert 'Traceback' not in r.stderr
+
+
+@pytest.mark.parametrize('damage', ['index deleted', 'shard deleted', 'shard truncated', 'manifest deleted'])
+def test_every_tool_stops_on_a_damaged_bucket_naming_the_file(tree, damage):
+    root, b, w = tree
+    table = root.parent / 't.lance'
+    DAMAGE[damage](b)
+    name = NAMED[damage]
+    for cmd in (['prx_write_mds', '--table', str(table), '--out', str(root)], ['prx_rewrite', '--mds', str(root), '--out', str(root.parent / 'new')],
+                ['prx_dedup', '--mds', str(root)], ['prx_skip_stats', '--mds', str(root)]):
+        r = subprocess.run([str(BIN / cmd[0]), *cmd[1:], *(['--quiet'] if cmd[0] != 'prx_skip_stats' else [])], capture_output=True, text=True)
+        assert r.returncode != 0 and name in r.stderr and 'Traceback' not in r.stderr, (cmd[0], r.stderr[-800:])
+        assert 'already complete' not in r.stdout
+    if damage != 'manifest deleted':  # the loader reads no manifest unless something is opted out
+        with pytest.raises(Exception, match=name): served(b)
+
+
+def test_a_rewrite_never_copies_flipped_bytes(tree):
+    root, b, _ = tree
+    DAMAGE['bytes flipped'](b)
+    r = subprocess.run([str(BIN / 'prx_rewrite'), '--mds', str(root), '--out', str(root.parent / 'new'), '--quiet'], capture_output=True, text=True)
+    assert r.returncode != 0 and 'SHA-1 differs' in r.stderr and not list(iter_buckets(root.parent / 'new'))
+
+
+def test_a_bucket_that_lost_its_bucket_json_is_rebuilt_with_its_skip_lists(tree):
+    root, b, w = tree
+    optout(root, ['imgs/13.png'])
+    skip_ids(root, 'dedup', ['imgs/14.png'])
+    (b / 'bucket.json').unlink()
+    w2 = write_mds(str(root.parent / 't.lance'), root, progress=False)
+    assert not w2.buckets[next(iter(w2.buckets))].skipped_complete
+    ids = pq.read_table(b / 'manifest.parquet')['id'].to_pylist()
+    assert 'imgs/13.png' not in ids and len(ids) == 23  # the rebuild leaves the opted-out id out altogether
+    (shard, idx), = read_skips(b, ['dedup']).items()
+    assert [ids[i] for i in idx] == ['imgs/14.png']  # the dedup list, on the sample's new index
+    assert 'imgs/14.png' not in served(b, reasons=['dedup'])[0]
+
+
+def test_a_rewrite_leaves_out_a_bucket_whose_samples_are_all_skipped(tree):
+    root, b, _ = tree
+    skip_ids(root, 'text', [f'imgs/{i:02d}.png' for i in range(24)])
+    r = subprocess.run([str(BIN / 'prx_rewrite'), '--mds', str(root), '--out', str(root.parent / 'new'), '--quiet'], capture_output=True, text=True)
+    assert r.returncode == 0 and 'is left out of the new tree' in r.stderr and r.stdout.startswith('0 samples in 0 buckets')
+
+
+def test_concurrent_column_fills_retry_commit_conflicts_and_lose_no_column(tmp_path):
+    import lance, pyarrow as pa
+    t = str(tmp_path / 'c.lance')
+    lance.write_dataset(pa.table({'id': [str(i) for i in range(2000)], 'x': list(range(2000))}), t, max_rows_per_file=250)
+    code = ("import sys, time, pyarrow as pa; from prx_nb.table import fill_column\n"
+            "def fn(b):\n    time.sleep(0.01); return pa.array([v * 2 for v in b['x'].to_pylist()], pa.int64())\n"
+            "fill_column(sys.argv[1], sys.argv[2], fn, read_columns=['x'], batch_size=50, progress=False)")
+    ps = [subprocess.Popen([sys.executable, '-c', code, t, c], stderr=subprocess.PIPE, text=True) for c in 'abc']
+    errs = [p.communicate(timeout=300)[1] for p in ps]
+    assert all(p.returncode == 0 for p in ps), errs
+    got = lance.dataset(t).to_table()
+    assert all(got[c].to_pylist() == [2 * v for v in got['x'].to_pylist()] for c in 'abc')
+
+
+def test_where_is_one_parenthesised_predicate_with_the_status_filter(tmp_path):
+    d = tmp_path / 'imgs'; d.mkdir()
+    for i in range(3): (d / f'{i}.png').write_bytes(picture(i)); (d / f'{i}.txt').write_text('a picture')
+    (d / 'bad.png').write_bytes(b'not an image'); (d / 'bad.txt').write_text('broken')
+    ingest(tmp_path / 't.lance', [f'folder:{d}'], progress=False)
+    from prx_nb.mds import plan_buckets
+    from prx_nb.bucket import Bucketer
+    plan = plan_buckets(str(tmp_path / 't.lance'), Bucketer(), where="id = 'imgs/bad.png' OR id = 'imgs/0.png'")
+    assert [i for ids in plan.values() for i in ids] == ['imgs/0.png']  # the failed row stays out
