@@ -8,7 +8,7 @@ import json, os, re, shutil, socket, time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-import lance, pyarrow as pa, pyarrow.parquet as pq
+import pyarrow as pa, pyarrow.parquet as pq  # Lance is imported where a table is read: streaming needs none
 from tqdm.auto import tqdm
 from .core import call_parse, Engine, as_engine
 from .table import sql_in, image_bytes
@@ -17,8 +17,8 @@ from .bucket import Bucketer
 # %% auto #0
 __all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'check_bucket', 'refuse_damaged',
            'write_bucket', 'read_id_column', 'ledger_path', 'read_ledger', 'tree_table', 'read_optouts',
-           'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds', 'iter_bucket', 'iter_buckets', 'bucket_key',
-           'skip_path', 'skip_files', 'read_sidecar', 'write_sidecar', 'copy_bucket', 'prx_write_mds']
+           'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds', 'iter_bucket', 'iter_buckets', 'empty_bucket',
+           'bucket_key', 'skip_path', 'skip_files', 'read_sidecar', 'write_sidecar', 'copy_bucket', 'prx_write_mds']
 
 # %% ../nbs/07_mds.ipynb #67faddf4
 MDS_COLUMNS = {'jpg': 'bytes', 'caption': 'str', 'width': 'int32', 'height': 'int32', 'id': 'str'}
@@ -28,6 +28,7 @@ def plan_buckets(table:str, # the Lance table
                  where:str|None=None, # extra SQL filter on the table
                 )->dict:
     "'tier/WxH' → sorted ids of the usable rows (matching `where`) that fit there."
+    import lance
     filt = "(status = 'ok')" + (f' AND ({where})' if where else '')
     t = lance.dataset(str(table)).to_table(columns=['id', 'width', 'height'], filter=filt)
     plan = {}
@@ -155,8 +156,9 @@ def merge_parts(parts:list, # finished part folders, in sample order
         m = m.append_column('shard', pa.array(names, pa.string()))
         mans.append(m.append_column('index', pa.array(idx, pa.int32())))
         rejs.append(pq.read_table(p / 'rejected.parquet'))
-    (tmp / 'index.json').write_text(json.dumps(dict(version=2, shards=shards), sort_keys=True))
     man, rej = pa.concat_tables(mans), pa.concat_tables(rejs)
+    if man.num_rows:  # an empty bucket gets no index.json: stock readers of the tree never meet a stream without samples
+        (tmp / 'index.json').write_text(json.dumps(dict(version=2, shards=shards), sort_keys=True))
     pq.write_table(man, tmp / 'manifest.parquet')
     pq.write_table(rej, tmp / 'rejected.parquet')
     if skips: _put_skips(tmp, man, skips)
@@ -165,6 +167,7 @@ def merge_parts(parts:list, # finished part folders, in sample order
     writers = sorted({json.loads((p / 'part.json').read_text()).get('writer', '') for p in parts})
     meta = meta | dict(samples=res.written, rejected=dict(res.rejected), shards=res.shards, parts=len(parts),
                        writers=writers, written_at=time.strftime('%Y-%m-%dT%H:%M:%S'))
+    if not res.written: meta['empty'] = 'every planned row was rejected (rejected.parquet says why); no index.json, nothing to stream'
     (tmp / 'bucket.json').write_text(json.dumps(meta, indent=1))  # last: marks it complete
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
@@ -187,6 +190,7 @@ def check_bucket(bucket:str|Path, # a bucket folder
     try: meta = json.loads((b / 'bucket.json').read_text())
     except FileNotFoundError: bad(b / 'bucket.json', 'missing: the bucket is not finished'); meta = None
     except ValueError as e: bad(b / 'bucket.json', f'cannot be read ({e})'); meta = None
+    if meta is not None and meta.get('samples') == 0 and not (b / 'index.json').exists(): return out  # empty: sound
     try:
         shards = json.loads((b / 'index.json').read_text())['shards']
         if not isinstance(shards, list): raise ValueError('shards is not a list')
@@ -335,6 +339,7 @@ class MDSWrite:
 # %% ../nbs/07_mds.ipynb #a2f04c3b
 def _ray_part(row:dict, *, table:str, version:int, out:str, how:dict)->dict:
     "Ray Data UDF: write one part (`row`: key, path, ids) from the table at `version`."
+    import lance
     ds = lance.dataset(table, version=version)
     info = write_part(ds, row['key'], [str(i) for i in row['ids']], part=Path(out) / row['path'], **how)
     return dict(key=row['key'], path=row['path'], written=info['written'])
@@ -361,6 +366,7 @@ def write_mds(table:str, # the Lance table
               progress:bool=True, # show a progress bar
              )->MDSWrite:
     "Write the usable rows of `table` as an MDS tree in `out`; finished parts and buckets are kept."
+    import lance
     engine = as_engine(engine)
     if part_rows < 1: raise ValueError(f'part_rows must be positive, got {part_rows}')
     ds, bucketer, out = lance.dataset(str(table)), bucketer or Bucketer(), Path(out)
@@ -394,7 +400,7 @@ def iter_bucket(bucket:str|Path, # a bucket folder
 _BUCKET_NAME = re.compile(r'\d+x\d+')
 
 def iter_buckets(root:str|Path, # an MDS tree
-                 complete:bool=True, # only finished buckets (`bucket.json`, written last, exists)
+                 complete:bool=True, # only finished buckets (`bucket.json`, written last, exists) that hold samples
                 ):
     "The bucket folders of the tree at `root` (`<tier>/<W>x<H>`), sorted by tier, then name."
     root = Path(root)
@@ -402,7 +408,15 @@ def iter_buckets(root:str|Path, # an MDS tree
     for t in sorted(tiers, key=lambda p: int(p.name)):
         buckets = [p for p in t.iterdir() if p.is_dir() and _BUCKET_NAME.fullmatch(p.name)]  # never `.partial`
         for b in sorted(buckets):
-            if not complete or (b / 'bucket.json').exists(): yield b
+            if not complete: yield b
+            elif (b / 'bucket.json').exists() and not empty_bucket(b): yield b
+
+def empty_bucket(b:Path, # a bucket folder
+               )->bool:
+    "A finished bucket that holds no sample (every planned row rejected): nothing to read, check or stream."
+    if (b / 'index.json').exists(): return False
+    try: return json.loads((b / 'bucket.json').read_text()).get('samples') == 0
+    except ValueError: return False
 
 # %% ../nbs/07_mds.ipynb #5cbee65b
 def bucket_key(bucket:Path, # a bucket folder

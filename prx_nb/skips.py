@@ -13,13 +13,13 @@ from tqdm.auto import tqdm
 from .core import call_parse
 from .mds import (BucketWrite, iter_buckets, bucket_key, skip_path, skip_files, read_sidecar, write_sidecar,
                         read_optouts, read_ledger, copy_bucket, ledger_path, tree_table, write_record, check_bucket,
-                        OPTOUT, read_id_column, refuse_damaged)
+                        OPTOUT, read_id_column, refuse_damaged, empty_bucket)
 
 # %% auto #0
 __all__ = ['REMOTE_RECORD', 'locked', 'set_skips', 'add_skips', 'read_skips', 'skip_reasons', 'skip_ids', 'optout_indices',
-           'stale_optouts', 'fetch_tree_files', 'SkipStreamingDataset', 'skip_stats', 'optout', 'sync_optouts',
-           'rewrite_bucket', 'rewrite', 'check_tree', 'read_ids', 'prx_skip', 'prx_optout', 'prx_skip_stats',
-           'prx_rewrite', 'prx_check']
+           'stream_optouts', 'stale_optouts', 'fetch_tree_files', 'SkipStreamingDataset', 'skip_stats', 'optout',
+           'sync_optouts', 'rewrite_bucket', 'rewrite', 'check_tree', 'read_ids', 'prx_skip', 'prx_optout',
+           'prx_skip_stats', 'prx_rewrite', 'prx_check']
 
 # %% ../nbs/07a_skips.ipynb #76e84d33
 @contextlib.contextmanager
@@ -123,8 +123,10 @@ REMOTE_RECORD = 'tree.optout.parquet'  # the tree's opt-out record, as a stream 
 
 def _stream_dir(st)->Path: return Path(st.local) / (st.split or '')
 
-def _stream_optouts(st, trees:dict)->set:
-    "The ids stream `st` must never serve (`trees` caches them per tree)."
+def stream_optouts(st, # a `streaming.Stream` over one bucket of a tree
+                   trees:dict, # a cache: tree → its opt-outs (pass the same dict for every stream)
+                  )->set:
+    "The ids stream `st` must never serve: its tree's opt-out record and ledger, read once per tree"
     local = _stream_dir(st)
     if st.remote:
         key = st.remote.rstrip('/').rsplit('/', 2)[0]
@@ -202,6 +204,8 @@ class SkipStreamingDataset(StreamingDataset):
         self.on_skip = on_skip
         self._lut = self._substitutes()
         if on_skip == 'drop': self._lut[self._lut != np.arange(len(self._lut))] = -1
+        # batchings that partition each stream on its own drop skipped samples before partitioning (see `resample_streams`)
+        self._drop_early = on_skip == 'drop' and self.num_skipped > 0 and self.batching_method != 'random'
         self._serve = self._lut.tolist()  # a list: the cheapest per-sample lookup from Python
 
 # %% ../nbs/07a_skips.ipynb #8f0a9b19
@@ -214,7 +218,7 @@ def _shard_skips(self:SkipStreamingDataset)->list:
         local = _stream_dir(st)
         if local not in cache:
             cache[local] = read_skips(local, self.reasons)
-            opted = _stream_optouts(st, trees)
+            opted = stream_optouts(st, trees)
             for s, idx in optout_indices(local, opted).items(): cache[local].setdefault(s, set()).update(idx)
         out.append(cache[local].get(shard.raw_data.basename, set()))
     return out
@@ -243,14 +247,21 @@ def _substitutes(self:SkipStreamingDataset)->np.ndarray:
     for s, sk in enumerate(skips):
         if sk: skipped[offsets[s] + np.array([i for i in sk if 0 <= i < spp[s]], np.int64)] = True
     self.num_skipped = int(skipped.sum())
+    sso = np.concatenate([self.shard_offset_per_stream, [len(spp)]]).astype(np.int64)
+    self.skipped_per_stream = [int(skipped[offsets[sso[i]]:offsets[sso[i + 1]]].sum()) for i in range(len(self.streams))]
     if not self.num_skipped: return lut
-    kept_all = np.flatnonzero(~skipped)
-    if not len(kept_all): raise ValueError('every sample of this dataset is skipped: nothing to stream')
+    for i, st in enumerate(self.streams):  # a stream with nothing left could only be served from other streams
+        if self.skipped_per_stream[i] == offsets[sso[i + 1]] - offsets[sso[i]]:
+            raise ValueError(f'every sample of the stream {_stream_dir(st)} is skipped: nothing to stream from it; '
+                             'leave it out of the streams (`prx_nb.loader.tree_dataset` does so by itself)')
     for s in np.flatnonzero([bool(sk) for sk in skips]):
         lo, hi = offsets[s], offsets[s + 1]
         g, kept = lo + np.flatnonzero(skipped[lo:hi]), lo + np.flatnonzero(~skipped[lo:hi])
-        pool = kept if len(kept) else kept_all
-        lut[g] = pool[(g * 2654435761) % (1 << 32) % len(pool)]  # a fixed hash: the same every epoch and run
+        if not len(kept):  # the whole shard is skipped: substitutes from its stream's other shards, never another stream's
+            i = self.stream_per_shard[s]
+            slo, shi = offsets[sso[i]], offsets[sso[i + 1]]
+            kept = slo + np.flatnonzero(~skipped[slo:shi])
+        lut[g] = kept[(g * 2654435761) % (1 << 32) % len(kept)]  # a fixed hash: the same every epoch and run
     return lut
 
 # %% ../nbs/07a_skips.ipynb #caf4602c
@@ -260,6 +271,16 @@ def _get_work(self:SkipStreamingDataset, epoch:int, sample_in_epoch:int)->np.nda
     ids = StreamingDataset._get_work(self, epoch, sample_in_epoch)
     return np.where(ids >= 0, self._lut[np.maximum(ids, 0)], ids) if self.num_skipped else ids
 
+@patch
+def resample_streams(self:SkipStreamingDataset, epoch:int, stream_id:int|None=None)->tuple:
+    "The stock resampling (shuffle units, sample ids) of the epoch; under `drop` with a per-stream batching, without the skipped samples."
+    with np.errstate(divide='ignore', invalid='ignore'):  # a shard with no samples (one image over the size limit) divides by 0
+        units, ids = StreamingDataset.resample_streams(self, epoch, stream_id)
+    if not getattr(self, '_drop_early', False) or not len(ids): return units, ids
+    keep = self._lut[ids] >= 0
+    n = np.add.reduceat(keep.astype(np.int64), np.concatenate([[0], np.cumsum(units)[:-1]]))  # kept per shuffle unit
+    return n[n > 0], ids[keep]
+
 # %% ../nbs/07a_skips.ipynb #573fc94e
 @patch
 def get_item(self:SkipStreamingDataset, sample_id:int, retry:int=7):
@@ -268,7 +289,8 @@ def get_item(self:SkipStreamingDataset, sample_id:int, retry:int=7):
     if s < 0:
         raise IndexError(f'sample {sample_id} is on a skip list and this loader drops skipped samples '
                          '(on_skip="drop")')
-    return StreamingDataset.get_item(self, s, retry)
+    x = StreamingDataset.get_item(self, s, retry)
+    return {k: v.item() if isinstance(v, np.generic) else v for k, v in x.items()}  # width, height: plain ints
 
 # %% ../nbs/07a_skips.ipynb #63decd91
 def skip_stats(root:str|Path, # an MDS tree
@@ -403,6 +425,7 @@ def check_tree(root:str|Path, # an MDS tree
                 'the next prx_write_mds writes it again (keeping its skip lists)'); continue
         problems = check_bucket(b, hashes=hashes)
         for p, why in problems: add('error', p, why)
+        if not problems and empty_bucket(b): add('note', b, 'empty: every planned row was rejected (see rejected.parquet)'); continue
         if any(p.name in ('index.json', 'manifest.parquet') for p, _ in problems): continue
         shards = json.loads((b / 'index.json').read_text())['shards']
         if hashes and any(not (s['raw_data'].get('hashes') or {}) for s in shards):
