@@ -153,6 +153,8 @@ def tree_dataset(root:str|Path, # an MDS tree: a local folder, or a remote URI (
     for k in keys:
         r, l = src(k)
         st = Stream(remote=r, local=l)
+        st.apply_default(dict(split=None, download_retry=kwargs.get('download_retry', 2), keep_zip=kwargs.get('keep_zip', False),
+                              download_timeout=kwargs.get('download_timeout', 60), validate_hash=kwargs.get('validate_hash')))
         if r: fetch_tree_files(st)
         streams[k], counts[k] = st, _counts(st, reasons, trees)
     left = {k: f'every one of its {n} samples is skipped' for k, (n, kept) in counts.items() if not kept}
