@@ -149,6 +149,14 @@ def stale_optouts(root:str|Path, # an MDS tree
     "Ids in the ledger of the table the tree was written from that its own record lacks."
     return read_ledger(tree_table(root)) - read_id_column(Path(root) / OPTOUT, 'opt-out record')
 
+# %% ../nbs/07a_skips.ipynb #41aba2bc
+def _distributed()->bool:
+    "Whether several ranks start this dataset together (torch.distributed is up with more than one rank)"
+    try:
+        import torch.distributed as dist
+        return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    except ImportError: return False
+
 # %% ../nbs/07a_skips.ipynb #c0ffee23
 def _remote_names(remote:str, prefix:str='')->list:
     "Names of the files directly in the remote folder `remote` that start with `prefix`."
@@ -196,7 +204,11 @@ class SkipStreamingDataset(StreamingDataset):
                 ):
         if on_skip not in ('substitute', 'drop'):
             raise ValueError(f"on_skip must be 'substitute' or 'drop', not {on_skip!r}")
-        super().__init__(**kwargs)
+        for attempt in range(8):
+            try: super().__init__(**kwargs); break
+            except FileExistsError:  # Mosaic picks a free shared-memory prefix, then creates it: another process starting a
+                if attempt == 7 or _distributed(): raise  # dataset in between takes it first; pick again, alone only
+                time.sleep(0.02 + 0.08 * np.random.default_rng().random())
         for st in self.streams:  # skip lists, manifests and the record travel with `remote=`; local shards are checked
             if st.remote: fetch_tree_files(st)
         self._check_shards()

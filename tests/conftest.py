@@ -19,3 +19,23 @@ def demo(tmp_path_factory):
 @pytest.fixture
 def bad_dir():
     return BAD
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    "An S3 emulation (a moto server on a free local port, as Mosaic's own tests emulate object stores): an `upload(folder, bucket, prefix)`"
+    import socket, boto3
+    from moto.server import ThreadedMotoServer
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address='127.0.0.1', port=port); server.start()
+    for k, v in dict(S3_ENDPOINT_URL=f'http://127.0.0.1:{port}', AWS_ACCESS_KEY_ID='test', AWS_SECRET_ACCESS_KEY='test',
+                     AWS_DEFAULT_REGION='us-east-1').items(): monkeypatch.setenv(k, v)
+    client = boto3.client('s3', endpoint_url=f'http://127.0.0.1:{port}')
+
+    def upload(folder, bucket, prefix):
+        "Every file of `folder` (but dot files) to s3://bucket/prefix/…"
+        client.create_bucket(Bucket=bucket)
+        for f in Path(folder).rglob('*'):
+            if f.is_file() and not f.name.startswith('.'): client.upload_file(str(f), bucket, f'{prefix}/{f.relative_to(folder).as_posix()}')
+    try: yield upload
+    finally: server.stop()

@@ -1,7 +1,7 @@
 """The opt-out promise on every reader path: whatever the reasons chosen, whatever happened to the sidecars, with
 several writers at once, from a new tree, a second rewrite or a remote (another folder, an S3 emulation), an opted-out id
 is never served; damaged trees stop every tool, naming the file, and `prx_check` reports each damage."""
-import json, os, shutil, socket, subprocess, sys, warnings
+import json, shutil, subprocess, sys, warnings
 from pathlib import Path
 import pyarrow.parquet as pq, pytest
 from streaming import StreamingDataset
@@ -161,31 +161,15 @@ def test_streaming_from_a_remote_folder_applies_skip_lists_and_the_record_and_re
     assert 'imgs/05.png' not in got and 'imgs/04.png' not in got
 
 
-def free_port():
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
-
-
 @pytest.mark.slow
-def test_streaming_from_an_s3_emulation_applies_skip_lists_and_the_record(tree, tmp_path, monkeypatch):
-    import boto3
-    from moto.server import ThreadedMotoServer
+def test_streaming_from_an_s3_emulation_applies_skip_lists_and_the_record(tree, tmp_path, s3):
     root, b, _ = tree
     optout(root, ['imgs/06.png'])
     skip_ids(root, 'text', ['imgs/07.png'])
-    port = free_port()
-    server = ThreadedMotoServer(ip_address='127.0.0.1', port=port); server.start()
-    try:
-        for k, v in dict(S3_ENDPOINT_URL=f'http://127.0.0.1:{port}', AWS_ACCESS_KEY_ID='test', AWS_SECRET_ACCESS_KEY='test',
-                         AWS_DEFAULT_REGION='us-east-1').items(): monkeypatch.setenv(k, v)
-        s3 = boto3.client('s3', endpoint_url=f'http://127.0.0.1:{port}')
-        s3.create_bucket(Bucket='corpus')
-        for f in root.rglob('*'):
-            if f.is_file() and not f.name.startswith('.'): s3.upload_file(str(f), 'corpus', f'tree/{f.relative_to(root).as_posix()}')
-        got, ds = stream_remote(f's3://corpus/tree/{b.relative_to(root).as_posix()}', tmp_path / 's3cache')
-        assert not {'imgs/06.png', 'imgs/07.png'} & set(got) and ds.num_skipped == 2 and len(got) == 24
-        assert (tmp_path / 's3cache' / 'tree.optout.parquet').exists()
-    finally:
-        server.stop()
+    s3(root, 'corpus', 'tree')
+    got, ds = stream_remote(f's3://corpus/tree/{b.relative_to(root).as_posix()}', tmp_path / 's3cache')
+    assert not {'imgs/06.png', 'imgs/07.png'} & set(got) and ds.num_skipped == 2 and len(got) == 24
+    assert (tmp_path / 's3cache' / 'tree.optout.parquet').exists()
 
 
 def test_a_stale_tree_is_applied_the_ledger_warned_about_and_synced(tree):

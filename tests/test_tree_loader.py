@@ -204,24 +204,12 @@ def test_the_loader_imports_without_lance_and_workers_print_no_fork_warning(tree
 
 
 @pytest.mark.slow
-def test_a_tree_in_an_s3_emulation_streams_like_the_local_one(tmp_path, tree, monkeypatch):
-    import boto3, socket
-    from moto.server import ThreadedMotoServer
+def test_a_tree_in_an_s3_emulation_streams_like_the_local_one(tmp_path, tree, s3):
     root, man, every, kept, whole = tree
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
-    server = ThreadedMotoServer(ip_address='127.0.0.1', port=port); server.start()
-    try:
-        for k, v in dict(S3_ENDPOINT_URL=f'http://127.0.0.1:{port}', AWS_ACCESS_KEY_ID='test', AWS_SECRET_ACCESS_KEY='test',
-                         AWS_DEFAULT_REGION='us-east-1').items(): monkeypatch.setenv(k, v)
-        s3 = boto3.client('s3', endpoint_url=f'http://127.0.0.1:{port}')
-        s3.create_bucket(Bucket='corpus')
-        for f in root.rglob('*'):
-            if f.is_file() and not f.name.startswith('.'): s3.upload_file(str(f), 'corpus', f'tree/{f.relative_to(root).as_posix()}')
-        with pytest.warns(UserWarning, match='left out'):
-            ds, dl = run('s3://corpus/tree', seed=5, local=str(tmp_path / 'cache'))
-        batches = rows(dl)
-        got = [i for b in batches for i, _, _ in b]
-        assert one_bucket_each(batches, 2) and not set(got) & every and set(got) == kept
-        with pytest.raises(ValueError, match='give local='): tree_dataset('s3://corpus/tree', batch_size=2)
-    finally:
-        server.stop()
+    s3(root, 'corpus', 'tree')
+    with pytest.warns(UserWarning, match='left out'):
+        ds, dl = run('s3://corpus/tree', seed=5, local=str(tmp_path / 'cache'))
+    batches = rows(dl)
+    got = [i for b in batches for i, _, _ in b]
+    assert one_bucket_each(batches, 2) and not set(got) & every and set(got) == kept
+    with pytest.raises(ValueError, match='give local='): tree_dataset('s3://corpus/tree', batch_size=2)
