@@ -8,8 +8,9 @@ import json, logging, re, warnings
 from pathlib import Path
 import numpy as np
 from streaming import Stream
+from streaming.base.world import World
 from .mds import iter_buckets, bucket_key
-from .skips import SkipStreamingDataset, read_skips, optout_indices, fetch_tree_files, stream_optouts
+from .skips import SkipStreamingDataset, read_skips, optout_indices, fetch_tree_files, stream_optouts, keep_samples
 
 # %% auto #0
 __all__ = ['tree_buckets', 'TreeDataset', 'tree_dataset', 'decode_sample', 'collate']
@@ -83,13 +84,12 @@ class TreeDataset(SkipStreamingDataset):
         "The stock resampling of a bucket (skipped samples out under `drop`), padded to whole global batches under `small='pad'`"
         units, ids = SkipStreamingDataset.resample_streams(self, epoch, stream_id)
         if stream_id is None or not len(ids): return units, ids
-        g = self.batch_size * self._parallel_rank_world.num_ranks
+        g = self.global_batch
         rng = np.random.default_rng([self.shuffle_seed, epoch, stream_id])  # the same on every rank and run
         if self.small == 'drop':  # whole global batches only, the remainder chosen at random (Mosaic's partitioner would
             if not (rem := len(ids) % g): return units, ids  # otherwise fill the short ranks with repeats)
             keep = np.ones(len(ids), bool); keep[rng.choice(len(ids), rem, replace=False)] = False
-            n = np.add.reduceat(keep.astype(np.int64), np.concatenate([[0], np.cumsum(units)[:-1]]))
-            return n[n > 0], ids[keep]
+            return keep_samples(units, ids, keep)
         if not (short := -len(ids) % g): return units, ids
         pad = np.concatenate([np.tile(ids, short // len(ids)), rng.choice(ids, short % len(ids), replace=False)])
         return np.append(units, short), np.concatenate([ids, np.sort(pad)])
@@ -158,7 +158,7 @@ def tree_dataset(root:str|Path, # an MDS tree: a local folder, or a remote URI (
         if r: fetch_tree_files(st)
         streams[k], counts[k] = st, _counts(st, reasons, trees)
     left = {k: f'every one of its {n} samples is skipped' for k, (n, kept) in counts.items() if not kept}
-    g = batch_size * _ranks()
+    g = batch_size * World.detect().num_ranks  # the ranks Mosaic will see (torch.distributed, else RANK/WORLD_SIZE)
     if small == 'drop':
         n_of = lambda k: counts[k][1] if on_skip == 'drop' else counts[k][0]
         left |= {k: f'{n_of(k)} samples, fewer than one global batch ({g}) (small="drop")' for k in keys
@@ -176,15 +176,6 @@ def tree_dataset(root:str|Path, # an MDS tree: a local folder, or a remote URI (
     ds.left_out = left
     ds.caption_columns = _caption_columns(ds)
     return ds
-
-def _ranks()->int:
-    "The world size Mosaic will see: torch.distributed's when it runs, else the WORLD_SIZE variable."
-    import os
-    try:
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized(): return dist.get_world_size()
-    except ImportError: pass
-    return int(os.environ.get('WORLD_SIZE', 1))
 
 def _caption_columns(ds)->dict:
     "Bucket key → the Lance column its `caption` field was written from (`bucket.json`)"

@@ -15,9 +15,9 @@ from .table import sql_in, image_bytes
 from .bucket import Bucketer
 
 # %% auto #0
-__all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'check_bucket', 'refuse_damaged',
-           'write_bucket', 'read_id_column', 'ledger_path', 'read_ledger', 'tree_table', 'read_optouts',
-           'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds', 'iter_bucket', 'iter_buckets', 'empty_bucket',
+__all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'empty_bucket', 'check_bucket',
+           'refuse_damaged', 'write_bucket', 'read_id_column', 'ledger_path', 'read_ledger', 'tree_table',
+           'read_optouts', 'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds', 'iter_bucket', 'iter_buckets',
            'bucket_key', 'skip_path', 'skip_files', 'read_sidecar', 'write_sidecar', 'copy_bucket', 'prx_write_mds']
 
 # %% ../nbs/07_mds.ipynb #67faddf4
@@ -181,6 +181,13 @@ def _sha1(p:Path)->str:
         while b := f.read(1 << 22): h.update(b)
     return h.hexdigest()
 
+def empty_bucket(b:Path, # a bucket folder
+               )->bool:
+    "A finished bucket that holds no sample (every planned row rejected): nothing to read, check or stream."
+    if (b / 'index.json').exists(): return False
+    try: return json.loads((b / 'bucket.json').read_text()).get('samples') == 0
+    except ValueError: return False
+
 def check_bucket(bucket:str|Path, # a bucket folder
                  hashes:bool=False, # also read every shard and compare its SHA-1 with the one `index.json` records
                 )->list:
@@ -190,7 +197,7 @@ def check_bucket(bucket:str|Path, # a bucket folder
     try: meta = json.loads((b / 'bucket.json').read_text())
     except FileNotFoundError: bad(b / 'bucket.json', 'missing: the bucket is not finished'); meta = None
     except ValueError as e: bad(b / 'bucket.json', f'cannot be read ({e})'); meta = None
-    if meta is not None and meta.get('samples') == 0 and not (b / 'index.json').exists(): return out  # empty: sound
+    if meta is not None and empty_bucket(b): return out  # every planned row rejected: sound, nothing to check
     try:
         shards = json.loads((b / 'index.json').read_text())['shards']
         if not isinstance(shards, list): raise ValueError('shards is not a list')
@@ -410,13 +417,6 @@ def iter_buckets(root:str|Path, # an MDS tree
         for b in sorted(buckets):
             if not complete: yield b
             elif (b / 'bucket.json').exists() and not empty_bucket(b): yield b
-
-def empty_bucket(b:Path, # a bucket folder
-               )->bool:
-    "A finished bucket that holds no sample (every planned row rejected): nothing to read, check or stream."
-    if (b / 'index.json').exists(): return False
-    try: return json.loads((b / 'bucket.json').read_text()).get('samples') == 0
-    except ValueError: return False
 
 # %% ../nbs/07_mds.ipynb #5cbee65b
 def bucket_key(bucket:Path, # a bucket folder

@@ -17,8 +17,8 @@ from .mds import (BucketWrite, iter_buckets, bucket_key, skip_path, skip_files, 
 
 # %% auto #0
 __all__ = ['REMOTE_RECORD', 'locked', 'set_skips', 'add_skips', 'read_skips', 'skip_reasons', 'skip_ids', 'optout_indices',
-           'stream_optouts', 'stale_optouts', 'fetch_tree_files', 'SkipStreamingDataset', 'skip_stats', 'optout',
-           'sync_optouts', 'rewrite_bucket', 'rewrite', 'check_tree', 'read_ids', 'prx_skip', 'prx_optout',
+           'stream_optouts', 'stale_optouts', 'fetch_tree_files', 'SkipStreamingDataset', 'keep_samples', 'skip_stats',
+           'optout', 'sync_optouts', 'rewrite_bucket', 'rewrite', 'check_tree', 'read_ids', 'prx_skip', 'prx_optout',
            'prx_skip_stats', 'prx_rewrite', 'prx_check']
 
 # %% ../nbs/07a_skips.ipynb #76e84d33
@@ -289,8 +289,14 @@ def resample_streams(self:SkipStreamingDataset, epoch:int, stream_id:int|None=No
     with np.errstate(divide='ignore', invalid='ignore'):  # a shard with no samples (one image over the size limit) divides by 0
         units, ids = StreamingDataset.resample_streams(self, epoch, stream_id)
     if not getattr(self, '_drop_early', False) or not len(ids): return units, ids
-    keep = self._lut[ids] >= 0
-    n = np.add.reduceat(keep.astype(np.int64), np.concatenate([[0], np.cumsum(units)[:-1]]))  # kept per shuffle unit
+    return keep_samples(units, ids, self._lut[ids] >= 0)
+
+def keep_samples(units:np.ndarray, # shuffle unit sizes, as `StreamingDataset.resample_streams` returns them
+                 ids:np.ndarray, # the epoch's sample ids, unit after unit
+                 keep:np.ndarray, # bool per id: stays in the epoch
+                )->tuple:
+    "(units, ids) of a resampled epoch with only the ids `keep` marks; units left empty are removed"
+    n = np.add.reduceat(keep.astype(np.int64), np.concatenate([[0], np.cumsum(units)[:-1]]))  # kept per unit
     return n[n > 0], ids[keep]
 
 # %% ../nbs/07a_skips.ipynb #573fc94e
