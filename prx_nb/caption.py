@@ -14,9 +14,9 @@ from .core import call_parse, probe_image, open_rgb, Engine, as_engine
 from .table import write_back, image_bytes, add_columns
 
 # %% auto #0
-__all__ = ['SYSTEM_PROMPT', 'USER_PROMPT', 'PROMPT_VERSION', 'CaptionSpec', 'prepare_image', 'Reply', 'judge', 'tiny_vlm',
-           'CaptionerError', 'chat_messages', 'OpenAICaptioner', 'TransformersCaptioner', 'VLLMCaptioner', 'Backend',
-           'Actors', 'CaptionRun', 'caption_table', 'prx_caption']
+__all__ = ['SYSTEM_PROMPT', 'USER_PROMPT', 'PROMPT_VERSION', 'CaptionSpec', 'prepare_image', 'Reply', 'judge', 'tiny_tokenizer',
+           'tiny_vlm', 'CaptionerError', 'chat_messages', 'OpenAICaptioner', 'check_server', 'ChatResult', 'post_chat',
+           'TransformersCaptioner', 'VLLMCaptioner', 'Backend', 'Actors', 'CaptionRun', 'caption_table', 'prx_caption']
 
 # %% ../nbs/05_caption.ipynb #13d72a81
 SYSTEM_PROMPT = (
@@ -118,7 +118,7 @@ _CORPUS = ['A photo of a cat sitting on a red sofa next to a window.',
            'A small boat floats on a calm lake surrounded by mountains.',
            "0123456789 , . ; : ! ? ' ( ) - / %"]
 
-def _tiny_tokenizer():
+def tiny_tokenizer():
     "A tiny byte-level BPE tokenizer with Qwen's special tokens."
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import Qwen2TokenizerFast
@@ -143,7 +143,7 @@ def tiny_vlm(out_dir, # where to save the model directory
     from pathlib import Path
     from transformers import (GenerationConfig, Qwen2VLConfig, Qwen2VLForConditionalGeneration,
                               Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor)
-    tk = _tiny_tokenizer()
+    tk = tiny_tokenizer()
     px = dict(size={'shortest_edge': 28 * 28 * 4, 'longest_edge': 28 * 28 * 16}, min_pixels=28 * 28 * 4,
               max_pixels=28 * 28 * 16, patch_size=14, temporal_patch_size=2, merge_size=2)
     proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**px), tokenizer=tk,
@@ -208,37 +208,44 @@ class OpenAICaptioner:
         if api_key: self.session.headers['Authorization'] = f'Bearer {api_key}'
         if check: self.check()
 
+# %% ../nbs/05_caption.ipynb #6c4da138
+def check_server(session, # a `requests.Session` (carrying the API key, if any)
+                 endpoint:str, # the server's base URL, ending in /v1
+                 model:str, # the model's name on the server
+                 timeout:float=10.0, # seconds per request
+                ):
+    "Raise `CaptionerError`, saying what to do, unless the server at `endpoint` serves `model`."
+    import requests
+    try: r = session.get(f'{endpoint}/models', timeout=min(timeout, 10))
+    except requests.RequestException as e:
+        raise CaptionerError(f'cannot reach {endpoint}: {type(e).__name__}. Is the server running? '
+                             f'Start one with `vllm serve {model}` and pass its URL ending in /v1.') from None
+    try: served = [m['id'] for m in r.json()['data']] if r.status_code != 404 else []
+    except (ValueError, KeyError, TypeError):
+        raise CaptionerError(f'{endpoint}/models did not answer as an OpenAI-compatible server: '
+                             f'{r.text[:200]!r}') from None
+    if model in served: return
+    # not listed (some servers list a fixed catalogue, or nothing): ask for one token, and let the server say
+    # whether it serves the model
+    body = dict(model=model, messages=[dict(role='user', content='Hi')], max_tokens=1, stream=True)
+    try:
+        with session.post(f'{endpoint}/chat/completions', json=body, stream=True, timeout=timeout) as p:
+            if p.status_code < 400: return
+            why = f'HTTP {p.status_code}: {p.text[:200]}'
+    except requests.RequestException as e: why = f'{type(e).__name__}: {e}'
+    raise CaptionerError(f'{endpoint} did not answer for model {model!r} ({why}); '
+                         f'it lists {served}. Pass the name the server was started with.')
+
 # %% ../nbs/05_caption.ipynb #54d12bf3
 @patch
 def check(self:OpenAICaptioner):
     "Raise `CaptionerError` unless the server serves `spec.model`."
-    import requests
-    try: r = self.session.get(f'{self.endpoint}/models', timeout=min(self.timeout, 10))
-    except requests.RequestException as e:
-        raise CaptionerError(f'cannot reach {self.endpoint}: {type(e).__name__}. Is the server running? '
-                             f'Start one with `vllm serve {self.spec.model}` '
-                             'and pass its URL ending in /v1.') from None
-    try: served = [m['id'] for m in r.json()['data']] if r.status_code != 404 else []
-    except (ValueError, KeyError, TypeError):
-        raise CaptionerError(f'{self.endpoint}/models did not answer as an OpenAI-compatible server: '
-                             f'{r.text[:200]!r}') from None
-    if self.spec.model in served: return
-    # not listed (some servers list a fixed catalogue, or nothing): ask for one token, and let the server say
-    # whether it serves the model
-    body = dict(model=self.spec.model, messages=[dict(role='user', content='Hi')], max_tokens=1, stream=True)
-    url = f'{self.endpoint}/chat/completions'
-    try:
-        with self.session.post(url, json=body, stream=True, timeout=self.timeout) as p:
-            if p.status_code < 400: return
-            why = f'HTTP {p.status_code}: {p.text[:200]}'
-    except requests.RequestException as e: why = f'{type(e).__name__}: {e}'
-    raise CaptionerError(f'{self.endpoint} did not answer for model {self.spec.model!r} ({why}); '
-                         f'it lists {served}. Pass the name the server was started with.')
+    check_server(self.session, self.endpoint, self.spec.model, self.timeout)
 
 # %% ../nbs/05_caption.ipynb #f2653b1c
 def _parse_stream(lines)->tuple:
-    "(text, finish_reason, tokens or None) of a streamed completion."
-    text, finish, tokens = [], None, None
+    "(text, finish_reason, tokens or None, summed token log-probability or None) of a streamed completion."
+    text, finish, tokens, lp = [], None, None, None
     for raw in lines:
         line = raw.decode() if isinstance(raw, bytes) else raw
         if not line.startswith('data:'): continue
@@ -249,40 +256,61 @@ def _parse_stream(lines)->tuple:
         for ch in ev.get('choices') or []:
             text.append((ch.get('delta') or {}).get('content') or '')
             finish = ch.get('finish_reason') or finish
+            for t in ((ch.get('logprobs') or {}).get('content') or []): lp = (lp or 0.0) + float(t['logprob'])
         if ev.get('usage'): tokens = ev['usage'].get('completion_tokens', tokens)
-    return ''.join(text), finish, tokens
+    return ''.join(text), finish, tokens, lp
 
-# %% ../nbs/05_caption.ipynb #9cc6f6ee
-@patch
-def _one(self:OpenAICaptioner, jpeg:bytes)->Reply:
-    "Caption one prepared image, retrying transient failures."
+# %% ../nbs/05_caption.ipynb #3cd220fc
+@dataclass(frozen=True)
+class ChatResult:
+    "One chat completion over HTTP: the reply, or why there is none."
+    status: str # ok, rejected (the server refused this request) or error (gave up after retries)
+    text: str|None = None # the reply's text
+    finish: str|None = None # 'stop', 'length', ...
+    tokens: int|None = None # tokens written, when the server counted them
+    logprob: float|None = None # the reply's summed token log-probability, when the server sent it
+    reason: str = '' # why there is no reply
+
+def post_chat(session, # a `requests.Session`
+              endpoint:str, # the server's base URL, ending in /v1
+              body:dict, # the request (`stream=True`)
+              *,
+              retries:int=4, # retries on timeouts, dropped connections, 5xx, 429 and malformed answers
+              backoff:float=0.5, # seconds before the first retry (doubling after)
+              timeout:float=120.0, # seconds per request
+             )->ChatResult:
+    "Post a streamed chat completion, retrying transient failures; `CaptionerError` when the model is not served."
     import requests
-    image = dict(type='image_url', image_url=dict(url=_data_url(jpeg)))
-    body = dict(model=self.spec.model, messages=chat_messages(self.spec, image),
-                max_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature,
-                stream=True, stream_options=dict(include_usage=True))
-    url, last = f'{self.endpoint}/chat/completions', ''
-    for attempt in range(self.retries + 1):
-        if attempt: time.sleep(self.backoff * 2 ** (attempt - 1))
+    last = ''
+    for attempt in range(retries + 1):
+        if attempt: time.sleep(backoff * 2 ** (attempt - 1))
         try:
-            with self.session.post(url, json=body, stream=True, timeout=self.timeout) as r:
+            with session.post(f'{endpoint}/chat/completions', json=body, stream=True, timeout=timeout) as r:
                 code = r.status_code
                 if code >= 500 or code == 429:
                     last = f'HTTP {code}: {r.text[:200]}'
                     continue
                 if code == 404 and 'model' in r.text.lower():
-                    raise CaptionerError(f'{self.endpoint} does not serve {self.spec.model!r}: '
-                                         f'{r.text[:200]}')
-                if code >= 400: return Reply(None, 'rejected', f'HTTP {code}: {r.text[:200]}')
-                text, finish, tokens = _parse_stream(r.iter_lines())
-        except CaptionerError: raise  # a server that does not serve the model: configuration, not this image
+                    raise CaptionerError(f"{endpoint} does not serve {body['model']!r}: {r.text[:200]}")
+                if code >= 400: return ChatResult('rejected', reason=f'HTTP {code}: {r.text[:200]}')
+                return ChatResult('ok', *_parse_stream(r.iter_lines()))
         except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
                 ValueError, RuntimeError) as e:
             last = f'{type(e).__name__}: {str(e)[:200]}'
-            continue
-        n = tokens if tokens is not None else len(text.split())
-        return judge(text, finish_reason=finish, output_tokens=n, max_chars=self.spec.max_chars)
-    return Reply(None, 'error', f'gave up after {self.retries + 1} attempts: {last}')
+    return ChatResult('error', reason=f'gave up after {retries + 1} attempts: {last}')
+
+# %% ../nbs/05_caption.ipynb #9cc6f6ee
+@patch
+def _one(self:OpenAICaptioner, jpeg:bytes)->Reply:
+    "Caption one prepared image, retrying transient failures."
+    image = dict(type='image_url', image_url=dict(url=_data_url(jpeg)))
+    body = dict(model=self.spec.model, messages=chat_messages(self.spec, image),
+                max_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature,
+                stream=True, stream_options=dict(include_usage=True))
+    r = post_chat(self.session, self.endpoint, body, retries=self.retries, backoff=self.backoff, timeout=self.timeout)
+    if r.status != 'ok': return Reply(None, r.status, r.reason)
+    n = r.tokens if r.tokens is not None else len(r.text.split())
+    return judge(r.text, finish_reason=r.finish, output_tokens=n, max_chars=self.spec.max_chars)
 
 # %% ../nbs/05_caption.ipynb #c35229a6
 @patch

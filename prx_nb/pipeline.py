@@ -16,6 +16,7 @@ from .mds import write_mds, iter_bucket, MDSWrite
 from .skips import read_skips
 from .dedup import dedup_tree, TreeDedup
 from .caption import Backend, CaptionSpec, CaptionRun, caption_table
+from .classify import MiniLMClassifier, ClassifyRun, classify_table, filter_tree, TreeFilter
 
 # %% auto #0
 __all__ = ['DemoRun', 'run_demo', 'check_demo', 'prx_demo']
@@ -32,6 +33,8 @@ class DemoRun:
     mds: MDSWrite # the MDS tree written
     dedup: TreeDedup # what dedup skipped in the tree
     caption: CaptionRun|None = None # None: no captioner configured, the source captions were kept
+    classify: ClassifyRun|None = None # the caption classification (None: no caption to read)
+    filter: TreeFilter|None = None # the text and nsfw skip lists it became
 
 # %% ../nbs/09_pipeline.ipynb #5aa05e3b
 def run_demo(out:str|Path='demo_out', # output folder: sources/, corpus.lance, profile/, mds/
@@ -62,7 +65,13 @@ def run_demo(out:str|Path='demo_out', # output folder: sources/, corpus.lance, p
     column = 'caption_demo' if caption else 'caption_source'
     w = write_mds(table, mds, caption_column=column, progress=progress)
     dd = dedup_tree(mds, table=table, progress=progress)
-    return DemoRun(out, table=table, ingest=s, drops=drops, truth=truth, mds=w, dedup=dd, caption=cap)
+    read = 'caption_demo' if caption else 'caption_tags' if explore else None  # never the uninformative source captions
+    cl = fl = None
+    if read:
+        name = 'kind_' + read.removeprefix('caption_')
+        cl = classify_table(table, MiniLMClassifier(), name, caption_column=read, progress=progress)
+        fl = filter_tree(mds, table, f'label_{name}', labels=('text', 'nsfw'), progress=progress)
+    return DemoRun(out, table=table, ingest=s, drops=drops, truth=truth, mds=w, dedup=dd, caption=cap, classify=cl, filter=fl)
 
 # %% ../nbs/09_pipeline.ipynb #e2f8fd7e
 def _tree_ids(w:MDSWrite)->tuple:
@@ -86,9 +95,20 @@ def _bad_groups(groups:list, in_tree:set, skipped:set, *, px)->tuple:
         if len(kept) != 1 or px(kept[0]) != max(px(i) for i in g): bad.append(g)
     return bad, expected
 
+# %% ../nbs/09_pipeline.ipynb #6d86d3f0
+def _text_check(r:DemoRun, in_tree:set)->dict:
+    "The planted text images in the tree, those skipped as `text`, and the other samples skipped as `text`."
+    text = set(r.truth.text) & in_tree
+    skipped = set()
+    for k in r.mds.buckets:
+        man, sk = pq.read_table(r.mds.out / k / 'manifest.parquet').to_pylist(), read_skips(r.mds.out / k, ['text'])
+        skipped |= {m['id'] for m in man if m['index'] in sk.get(m['shard'], ())}
+    return dict(text_in_tree=len(text), text_skipped=len(text & skipped), text_skipped_other=sorted(skipped - text),
+                text_read=r.classify is not None and r.caption is None)
+
 # %% ../nbs/09_pipeline.ipynb #18a2f4e1
 def check_demo(r:DemoRun)->dict:
-    "The run against what was planted: statuses, rows, the tree, its dedup."
+    "The run against what was planted: statuses, rows, the tree, its dedup and its text filter."
     t = lance.dataset(r.table).to_table(columns=['id', 'status', 'width', 'height']).to_pandas()
     t = t.set_index('id')
     truth = r.truth
@@ -103,7 +123,7 @@ def check_demo(r:DemoRun)->dict:
                 mds_samples=r.mds.written, streamed_samples=streamed,
                 kept_by_profile=int(r.drops.loc['total', 'kept']),
                 dedup_skipped=len(skipped), dedup_expected=expected, dedup_wrong_groups=bad_groups,
-                dedup_skipped_distinct=sorted(skipped - copies))
+                dedup_skipped_distinct=sorted(skipped - copies), **_text_check(r, in_tree))
 
 # %% ../nbs/09_pipeline.ipynb #4215e390
 @call_parse
@@ -146,6 +166,12 @@ def prx_demo(out:str='demo_out', # output folder
     print(f"dedup: {c['dedup_skipped']} copies skipped across {len(r.dedup.skipped)} buckets, "
           f"the highest-resolution copy of every planted group kept: {not c['dedup_wrong_groups']}; "
           f"distinct photos skipped: {len(c['dedup_skipped_distinct'])}")
-    failed = (c['planted_missing'] or c['wrong_status'] or c['streamed_samples'] != c['mds_samples']
+    if r.filter:
+        f = r.filter
+        print(f"filter: {f.skipped} of {f.samples} samples skipped as text or nsfw ({r.classify.column}, read from "
+              f"{'the ImageNet tags' if c['text_read'] else 'the new captions'}); planted text images skipped: "
+              f"{c['text_skipped']} of {c['text_in_tree']} in the tree; other samples skipped as text: {len(c['text_skipped_other'])}")
+    text_ok = not (c['text_read'] and c['text_in_tree']) or c['text_skipped'] > c['text_in_tree'] / 2
+    failed = (not text_ok or c['planted_missing'] or c['wrong_status'] or c['streamed_samples'] != c['mds_samples']
               or c['dedup_wrong_groups'] or c['dedup_skipped_distinct'])
     if failed: raise SystemExit(f'demo check failed: {c}')
