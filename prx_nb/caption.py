@@ -211,6 +211,7 @@ class OpenAICaptioner:
 # %% ../nbs/05_caption.ipynb #6c4da138
 def check_server(session, # a `requests.Session` (carrying the API key, if any)
                  endpoint:str, # the server's base URL, ending in /v1
+                 *,
                  model:str, # the model's name on the server
                  timeout:float=10.0, # seconds per request
                 ):
@@ -240,7 +241,7 @@ def check_server(session, # a `requests.Session` (carrying the API key, if any)
 @patch
 def check(self:OpenAICaptioner):
     "Raise `CaptionerError` unless the server serves `spec.model`."
-    check_server(self.session, self.endpoint, self.spec.model, self.timeout)
+    check_server(self.session, self.endpoint, model=self.spec.model, timeout=self.timeout)
 
 # %% ../nbs/05_caption.ipynb #f2653b1c
 def _parse_stream(lines)->tuple:
@@ -294,6 +295,7 @@ def post_chat(session, # a `requests.Session`
                     raise CaptionerError(f"{endpoint} does not serve {body['model']!r}: {r.text[:200]}")
                 if code >= 400: return ChatResult('rejected', reason=f'HTTP {code}: {r.text[:200]}')
                 return ChatResult('ok', *_parse_stream(r.iter_lines()))
+        except CaptionerError: raise  # a server that does not serve the model: configuration, not this request
         except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
                 ValueError, RuntimeError) as e:
             last = f'{type(e).__name__}: {str(e)[:200]}'

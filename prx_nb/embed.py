@@ -122,17 +122,22 @@ class MiniLM:
         self.torch, self.device, self.batch_size, self.path = torch, device, batch_size, path
 
     def __call__(self, texts:list)->np.ndarray:
-        "(n, 384) float32 unit embeddings of `texts`."
+        "(n, 384) float32 unit embeddings of `texts`, in their order."
         torch, out = self.torch, []
+        order = np.argsort([len(t or '') for t in texts], kind='stable')  # batches of similar length: little padding
+        texts = [texts[i] or '' for i in order]
         for s in range(0, len(texts), self.batch_size):
-            enc = self.tok([t or '' for t in texts[s:s + self.batch_size]], padding=True, truncation=True,
+            enc = self.tok(texts[s:s + self.batch_size], padding=True, truncation=True,
                            max_length=256, return_tensors='pt').to(self.device)
             with torch.inference_mode():
                 h = self.model(**enc).last_hidden_state
                 m = enc['attention_mask'].unsqueeze(-1).float()
                 pooled = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
                 out.append(torch.nn.functional.normalize(pooled, dim=1).cpu().numpy())
-        return np.concatenate(out).astype('float32') if out else np.zeros((0, self.dim), 'float32')
+        if not out: return np.zeros((0, self.dim), 'float32')
+        emb = np.empty((len(texts), self.dim), 'float32')
+        emb[order] = np.concatenate(out)
+        return emb
 
 # %% ../nbs/00a_embed.ipynb #acf6a814
 @functools.lru_cache(maxsize=1)

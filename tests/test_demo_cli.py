@@ -9,6 +9,7 @@ def test_prx_demo_then_search(tmp_path):
     out = subprocess.run([BIN / 'prx_demo', '--out', str(tmp_path / 'demo'), '--quiet'], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     assert 'searchable: prx_search' in out.stdout and 'distinct photos skipped: 0' in out.stdout
+    assert 'filter: ' in out.stdout and 'planted text images skipped: ' in out.stdout      # the text filter ran and was checked
     table = str(tmp_path / 'demo' / 'corpus.lance')
     truth = json.loads((tmp_path / 'demo' / 'sources' / 'truth.json').read_text())
     r = subprocess.run([BIN / 'prx_search', '--table', table, '--text', 'web site', '--k', '10', '--json'], capture_output=True, text=True)
