@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_mds.ipynb #93387f61
 from __future__ import annotations
-import json, os, re, shutil, socket, time
+import json, os, re, shutil, socket, sys, time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,12 +60,18 @@ def _ids_digest(ids)->str:
     return hashlib.sha1('\n'.join(ids).encode()).hexdigest()[:16]
 
 # %% ../nbs/07_mds.ipynb #b7629a62
+def _writer()->str:
+    "Who writes a part: host:pid, and the Ray node when a Ray worker writes it."
+    w, ray = f'{socket.gethostname()}:{os.getpid()}', sys.modules.get('ray')
+    if ray is not None and ray.is_initialized(): w += f':node-{ray.get_runtime_context().get_node_id()[:12]}'
+    return w
+
 def _seal_part(tmp:Path, part:Path, *, man:pa.Table, rej:pa.Table, info:dict)->dict:
     "Finish the part written in `tmp` (manifest, rejections, `part.json` last) and rename it to `part`."
     pq.write_table(man, tmp / 'manifest.parquet')
     pq.write_table(rej, tmp / 'rejected.parquet')
     info = info | dict(written=man.num_rows, rejected=dict(Counter(rej['status'].to_pylist())),
-                       writer=f'{socket.gethostname()}:{os.getpid()}')
+                       writer=_writer())
     (tmp / 'part.json').write_text(json.dumps(info))
     shutil.rmtree(part, ignore_errors=True)
     tmp.rename(part)
@@ -133,8 +139,13 @@ def _link(src:Path, dst:Path):
     try: os.link(src, dst)
     except OSError: shutil.copyfile(src, dst)
 
+def _writers(p:Path)->list:
+    "Who wrote a part (its `part.json`), or the parts of a finished bucket (its `bucket.json`)."
+    if (p / 'part.json').exists(): return [json.loads((p / 'part.json').read_text()).get('writer', '')]
+    return json.loads((p / 'bucket.json').read_text()).get('writers', [])
+
 def merge_parts(parts:list, # finished part folders, in sample order
-                final:Path, # the bucket folder to create
+                final:Path, # the bucket folder to create (the first part may be `final` itself: new parts appended to it)
                 meta:dict, # what made it, for `bucket.json` (needs `bucket`)
                 skips:dict|None=None, # reason → ids to put on its skip lists (kept from a bucket being rebuilt)
                )->BucketWrite:
@@ -153,6 +164,7 @@ def merge_parts(parts:list, # finished part folders, in sample order
             names += [name] * s['samples']
             idx += range(s['samples'])
         m = pq.read_table(p / 'manifest.parquet')
+        m = m.drop_columns([c for c in ('shard', 'index') if c in m.column_names])  # a finished bucket's own columns
         m = m.append_column('shard', pa.array(names, pa.string()))
         mans.append(m.append_column('index', pa.array(idx, pa.int32())))
         rejs.append(pq.read_table(p / 'rejected.parquet'))
@@ -164,7 +176,7 @@ def merge_parts(parts:list, # finished part folders, in sample order
     if skips: _put_skips(tmp, man, skips)
     res = BucketWrite(meta['bucket'], written=man.num_rows, rejected=Counter(rej['status'].to_pylist()),
                       shards=len(shards))
-    writers = sorted({json.loads((p / 'part.json').read_text()).get('writer', '') for p in parts})
+    writers = sorted({w for p in parts for w in _writers(p)})
     meta = meta | dict(samples=res.written, rejected=dict(res.rejected), shards=res.shards, parts=len(parts),
                        writers=writers, written_at=time.strftime('%Y-%m-%dT%H:%M:%S'))
     if not res.written: meta['empty'] = 'every planned row was rejected (rejected.parquet says why); no index.json, nothing to stream'
@@ -243,6 +255,23 @@ def _bucket_meta(ds, key:str, *, bucketer:Bucketer, caption_column:str, shard_by
 
 def _parts_dir(out:Path, key:str)->Path: return out / (key + '.parts')
 
+def _unwritten(final:Path, ids:list)->list:
+    "The planned `ids` a finished bucket holds neither as a sample nor as a rejected row."
+    have = set(pq.read_table(final / 'manifest.parquet', columns=['id'])['id'].to_pylist())
+    have |= set(pq.read_table(final / 'rejected.parquet', columns=['id'])['id'].to_pylist())
+    return [i for i in ids if i not in have]
+
+def _append(ds, key:str, new:list, *, out:Path, bucketer:Bucketer, caption_column:str, shard_bytes:int, part_rows:int)->BucketWrite:
+    "Append rows `new` to the finished bucket `out`/`key` as new shards; its samples, shards and skip lists stay as they are."
+    final, pdir = out / key, _parts_dir(out, key)
+    how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)
+    tag = _ids_digest(new)[:12]  # the same rows to add: the same parts, so a killed append resumes
+    parts = [pdir / f'add.{tag}.{n:05d}' for n in range(len(_chunks(new, part_rows)))]
+    for p, c in zip(parts, _chunks(new, part_rows)): write_part(ds, key, c, part=p, **how)
+    res = merge_parts([final] + parts, final, _bucket_meta(ds, key, **how), skips=_skips_by_id(final))
+    shutil.rmtree(pdir, ignore_errors=True)
+    return res
+
 def write_bucket(ds, # the Lance dataset (at the version being written)
                  key:str, # 'tier/WxH'
                  ids:list, # the rows planned for this bucket
@@ -253,9 +282,14 @@ def write_bucket(ds, # the Lance dataset (at the version being written)
                  shard_bytes:int=128 << 20, # MDS shard size limit
                  part_rows:int=10_000, # rows per part: the unit of resume and of parallel work
                 )->BucketWrite:
-    "Write one bucket into `out`/`key`: parts (finished ones reused) merged into one MDS dataset."
+    "Write one bucket into `out`/`key`: parts (finished ones reused) merged into one MDS dataset; new rows appended."
     final = out / key
-    if (done := _complete(final)) is not None: return done
+    tmp = final.with_name(final.name + '.partial')
+    if not final.exists() and (tmp / 'bucket.json').exists(): tmp.rename(final)  # a merge killed between its two renames
+    if (done := _complete(final)) is not None:
+        new = _unwritten(final, ids)
+        return _append(ds, key, new, out=out, bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes,
+                       part_rows=part_rows) if new else done
     kept = _skips_by_id(final) if final.exists() else {}  # a bucket that lost its bucket.json: its skip lists stay
     pdir = _parts_dir(out, key)
     how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)

@@ -4,11 +4,17 @@
 
 # %% ../nbs/09_pipeline.ipynb #b6869729
 from __future__ import annotations
+import hashlib, json, os, time, warnings
+from collections import Counter
+from fastcore.script import Param
 from .core import call_parse, Engine
-from dataclasses import dataclass
+from dataclasses import dataclass, asdict, field
 from pathlib import Path
 import lance, pandas as pd, pyarrow.parquet as pq
 from .demo import build_demo, demo_sources, DemoTruth
+from .sources import parse_source, source_files
+from .table import compact
+from .bucket import Bucketer, TIERS, MAX_UPSCALE
 from .ingest import ingest, print_summary, IngestSummary
 from .profile import write_report
 from .phash import add_phash
@@ -19,7 +25,8 @@ from .caption import Backend, CaptionSpec, CaptionRun, caption_table
 from .classify import MiniLMClassifier, ClassifyRun, classify_table, filter_tree, TreeFilter
 
 # %% auto #0
-__all__ = ['DemoRun', 'run_demo', 'check_demo', 'prx_demo']
+__all__ = ['CONFIG', 'DemoRun', 'run_demo', 'check_demo', 'config_text', 'load_config', 'sources_digest', 'StageRun', 'RunState',
+           'RunSummary', 'run_pipeline', 'demo_config', 'prx_run', 'prx_demo']
 
 # %% ../nbs/09_pipeline.ipynb #d43342c6
 @dataclass
@@ -124,6 +131,395 @@ def check_demo(r:DemoRun)->dict:
                 kept_by_profile=int(r.drops.loc['total', 'kept']),
                 dedup_skipped=len(skipped), dedup_expected=expected, dedup_wrong_groups=bad_groups,
                 dedup_skipped_distinct=sorted(skipped - copies), **_text_check(r, in_tree))
+
+# %% ../nbs/09_pipeline.ipynb #013e219b
+CONFIG = {
+    'run': dict(out=('prx_out', 'output folder: corpus.lance, profile/, mds/, summary.json, run_state.json'),
+                table=('', 'the Lance table (default: <out>/corpus.lance; a URI works too)'),
+                engine=('local', 'local (this process) or ray (Ray Data for ingest, fingerprints and the MDS writer)'),
+                ray_address=('', 'ray: the address of an existing cluster (empty: start a local Ray)'),
+                workers=(0, 'ray: CPUs of a local Ray (0: all)'),
+                compact_fragments=(64, 'compact the table after ingest when it has more fragments than this (0: never)')),
+    'ingest': dict(sources=([], 'source specs, as prx_ingest takes them: [NAME=]folder:DIR, parquet:GLOB, wds:TARS, meta:TABLE, hf:DIR'),
+                   embeddings=('', 'a Parquet side table of id + embedding to join (empty: none)'),
+                   caption_column=('', "read every source's captions from this field (empty: each layout's rule)"),
+                   retry_failed=(False, 're-read rows that failed even when their bytes did not change')),
+    'profile': dict(enabled=(True, 'resolution and aspect histograms, drops per rule -> <out>/profile/')),
+    'explore': dict(enabled=(False, 'ImageNet tags (caption_tags), image embeddings and search indices')),
+    'caption': dict(enabled=(False, 're-caption every usable row with a VLM into caption_<name>'),
+                    backend=('openai', 'openai (a server such as vllm serve), transformers (a local model dir) or vllm'),
+                    model=('', "the VLM: its name on the server, or a local directory"),
+                    endpoint=('http://127.0.0.1:8000/v1', "openai: the server's base URL"),
+                    name=('vlm', 'the column is caption_<name>'),
+                    max_new_tokens=(400, 'reply length limit'),
+                    max_pixels=(1024 * 1024, "bound on each image's pixels before the model")),
+    'classify': dict(enabled=(True, 'label each caption visual, text or nsfw into label_<name>'),
+                     backend=('minilm', 'minilm (offline), openai, transformers or vllm'),
+                     model=('', 'LLM backends: the model'),
+                     endpoint=('http://127.0.0.1:8000/v1', "openai: the server's base URL"),
+                     caption_column=('', "the caption read (empty: the tree's caption)"),
+                     name=('kind', 'the column is label_<name>'),
+                     labels=(['visual', 'text', 'nsfw'], 'the labels')),
+    'phash': dict(enabled=(True, 'the perceptual hash of every usable image (needed by dedup)')),
+    'mds': dict(caption_column=('', 'the caption in the samples (empty: caption_<caption.name> when captioning, else caption_source)'),
+                where=('', 'only rows where this SQL holds (empty: all usable rows)'),
+                tiers=(list(TIERS), 'resolution tiers (about tier^2 pixels each)'),
+                max_upscale=(MAX_UPSCALE, 'never upscale by more than this per side'),
+                quality=(92, 'JPEG quality'),
+                shard_bytes=(128 << 20, 'MDS shard size limit'),
+                part_rows=(10_000, 'rows per part: the unit of resume and of parallel work')),
+    'dedup': dict(enabled=(True, 'one kept sample per perceptual hash across the tree, the rest as dedup skip lists'),
+                  radius=(0, "0: equal fingerprints only (the post's choice); r > 0: also within r bits")),
+    'filter': dict(enabled=(True, 'classify labels as skip lists (needs classify)'),
+                   labels=(['text', 'nsfw'], 'labels that become skip lists'),
+                   min_score=(0.0, 'a label skips a sample only with at least this confidence')),
+    'optout': dict(ids=('', 'a file of ids, one per line, never to serve (recorded in the ledger; empty: none)')),
+}
+
+# %% ../nbs/09_pipeline.ipynb #5b5fd8b3
+def _toml(v)->str:
+    "`v` as a TOML value."
+    if isinstance(v, bool): return 'true' if v else 'false'
+    if isinstance(v, str): return json.dumps(v)
+    if isinstance(v, list): return '[' + ', '.join(map(_toml, v)) + ']'
+    return repr(v)
+
+def config_text(values:dict|None=None, # section -> key -> value to write instead of the default
+               )->str:
+    "The configuration as commented TOML: the defaults, or `values` where given."
+    out = ['# prx_run configuration: every key with its default. Delete what you do not change.']
+    for sec, keys in CONFIG.items():
+        out.append(f'\n[{sec}]')
+        for k, (default, why) in keys.items():
+            v = (values or {}).get(sec, {}).get(k, default)
+            out.append(f'{k} = {_toml(v)}'.ljust(32) + f'  # {why}')
+    return '\n'.join(out) + '\n'
+
+# %% ../nbs/09_pipeline.ipynb #c533f2f2
+def _typed(sec:str, key:str, v, *, default, where:str):
+    "`v` checked against the type of `default` (an int is a float where a float is expected)."
+    want = type(default)
+    ok = (isinstance(v, bool) if want is bool else isinstance(v, (int, float)) and not isinstance(v, bool) if want is float
+          else isinstance(v, int) and not isinstance(v, bool) if want is int
+          else isinstance(v, list) and all(isinstance(x, type(default[0])) for x in v) if want is list and default
+          else isinstance(v, want))
+    if not ok: raise ValueError(f'{where}: {sec}.{key} must be {want.__name__}'
+                                + (f' of {type(default[0]).__name__}' if want is list and default else '') + f', got {v!r}')
+    return float(v) if want is float else v
+
+def load_config(cfg:str|Path|dict, # a TOML file, or its contents as a dict
+               )->dict:
+    "The full configuration (section -> key -> value), checked; `ValueError` naming the key at fault."
+    import tomllib
+    where = str(cfg) if not isinstance(cfg, dict) else 'config'
+    if not isinstance(cfg, dict):
+        try: cfg = tomllib.loads(Path(cfg).read_text())
+        except FileNotFoundError: raise ValueError(f'{where}: no such file (write one with prx_run --print-config)') from None
+        except tomllib.TOMLDecodeError as e: raise ValueError(f'{where}: not valid TOML ({e})') from None
+    out = {}
+    for sec, keys in cfg.items():
+        if sec not in CONFIG: raise ValueError(f'{where}: unknown section [{sec}]; sections: {", ".join(CONFIG)}')
+        if not isinstance(keys, dict): raise ValueError(f'{where}: {sec} must be a section ([{sec}]), got {keys!r}')
+        for k in keys:
+            if k not in CONFIG[sec]: raise ValueError(f'{where}: unknown key {sec}.{k}; keys of [{sec}]: {", ".join(CONFIG[sec])}')
+    for sec, keys in CONFIG.items():
+        out[sec] = {k: _typed(sec, k, cfg.get(sec, {}).get(k, d), default=d, where=where) for k, (d, _) in keys.items()}
+    _check_values(out, where)
+    return out
+
+# %% ../nbs/09_pipeline.ipynb #6e4fc4d2
+def _check_values(c:dict, where:str):
+    "The checks that need the stages' own rules; `ValueError` naming the key."
+    from prx_nb.classify import check_labels, BACKENDS
+    def bad(key, why): raise ValueError(f'{where}: {key} {why}')
+    if not c['ingest']['sources']: bad('ingest.sources', 'is empty: name at least one source ([NAME=]KIND:PATH)')
+    for s in c['ingest']['sources']:
+        try: parse_source(s)
+        except ValueError as e: bad('ingest.sources', f'has {s!r}: {e}')
+    if c['run']['engine'] not in ('local', 'ray'): bad('run.engine', f"must be local or ray, got {c['run']['engine']!r}")
+    if c['caption']['enabled']:
+        if c['caption']['backend'] not in ('openai', 'transformers', 'vllm'): bad('caption.backend', 'must be openai, transformers or vllm')
+        if not c['caption']['model']: bad('caption.model', 'is needed when caption.enabled is true')
+    k = c['classify']
+    if k['enabled']:
+        if k['backend'] not in BACKENDS: bad('classify.backend', f'must be one of {", ".join(BACKENDS)}, got {k["backend"]!r}')
+        if k['backend'] != 'minilm' and not k['model']: bad('classify.model', f'is needed by the {k["backend"]} backend')
+        try: check_labels(k['labels'])
+        except ValueError as e: bad('classify.labels', str(e))
+    if c['filter']['enabled'] and not k['enabled']: bad('filter.enabled', 'needs classify.enabled (the labels it turns into skip lists)')
+    if c['filter']['enabled'] and (extra := set(c['filter']['labels']) - set(k['labels'])):
+        bad('filter.labels', f'names {sorted(extra)}, which classify.labels does not give')
+    if not 0 <= c['filter']['min_score'] <= 1: bad('filter.min_score', 'must be in [0, 1]')
+    if c['dedup']['radius'] < 0: bad('dedup.radius', 'must be >= 0')
+    try: _bucketer(c['mds'])
+    except ValueError as e: bad('mds', str(e))
+    if c['optout']['ids'] and not Path(c['optout']['ids']).is_file(): bad('optout.ids', f"names {c['optout']['ids']}, which is not a file")
+
+def _bucketer(m:dict)->Bucketer:
+    "The `Bucketer` of the [mds] options."
+    if not m['tiers'] or any(t < 64 for t in m['tiers']): raise ValueError(f"tiers must be sizes of at least 64, got {m['tiers']}")
+    return Bucketer(m['tiers'], max_upscale=m['max_upscale'], quality=m['quality'])
+
+# %% ../nbs/09_pipeline.ipynb #8781a12e
+def _digest(*parts)->str: return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+def sources_digest(sources:list, # source specs
+                  )->str:
+    "A digest of what the sources hold now: every matched file's name, size and modification time."
+    seen = []
+    for spec in sources:
+        src = parse_source(spec)
+        if '://' in src.path: seen.append(spec); continue  # remote: named, not listed
+        if src.kind == 'folder': files = [str(f) for f in Path(src.path).rglob('*') if f.is_file()]
+        else:
+            try: files = source_files(src)[0]
+            except ValueError as e: seen.append((spec, str(e))); continue
+        seen.append((spec, [(f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in sorted(files)]))
+    return _digest(seen)
+
+# %% ../nbs/09_pipeline.ipynb #8ddb24bf
+@dataclass
+class StageRun:
+    "What one stage did in a run."
+    name: str # the stage
+    status: str # ran, skipped (finished before, unchanged) or off
+    seconds: float = 0.0 # wall time this run
+    rows_in: int|None = None # rows the stage looked at
+    rows_out: int|None = None # rows (or samples) it passed on
+    reasons: dict = field(default_factory=dict) # reason -> rows it did not pass on, or that it recorded
+    outputs: dict = field(default_factory=dict) # what it wrote, where
+    @property
+    def per_s(self)->float|None: return round(self.rows_in / self.seconds, 1) if self.rows_in and self.seconds else None
+
+# %% ../nbs/09_pipeline.ipynb #d764d3e6
+class RunState:
+    "The finished stages of a run folder (`run_state.json`), written atomically after each stage."
+    def __init__(self, out:Path):
+        self.path = Path(out) / 'run_state.json'
+        self.done = json.loads(self.path.read_text()) if self.path.exists() else {}
+    def finished(self, name:str, key:str)->dict|None:
+        "The recorded result of stage `name` when it finished with this `key`."
+        d = self.done.get(name)
+        return d if d and d.get('key') == key else None
+    def record(self, name:str, key:str, r:StageRun, **extra):
+        "Record stage `name` as finished with `key`, its result and `extra`."
+        self.done[name] = dict(key=key, finished_at=time.strftime('%Y-%m-%dT%H:%M:%S'), result=asdict(r), **extra)
+        tmp = self.path.with_name(f'run_state.json.tmp{os.getpid()}')
+        tmp.write_text(json.dumps(self.done, indent=1, default=str))
+        os.replace(tmp, self.path)
+
+# %% ../nbs/09_pipeline.ipynb #56082f06
+def _ingest_stage(c:dict, p:dict, progress:bool)->StageRun:
+    i = c['ingest']
+    s = ingest(p['table'], i['sources'], embeddings=i['embeddings'] or None, caption_column=i['caption_column'] or None,
+               retry_failed=i['retry_failed'], engine=p['engine'], progress=progress)
+    bad = Counter()
+    for (src, status), n in s.added.items():
+        if status != 'ok': bad[status] += n
+    import lance
+    ds = lance.dataset(p['table'])
+    return StageRun('ingest', 'ran', rows_in=s.n_added, rows_out=s.n_added - sum(bad.values()), reasons=dict(bad),
+                    outputs=dict(table=p['table'], rows=ds.count_rows(), ok=ds.count_rows("status = 'ok'"),
+                                 version=s.version, fragments=s.fragments, left_out_files=len(s.left_out)))
+
+def _compact_stage(c:dict, p:dict, progress:bool)->StageRun:
+    import lance
+    n = len(lance.dataset(p['table']).get_fragments())
+    lim = c['run']['compact_fragments']
+    if not lim or n <= lim: return StageRun('compact', 'ran', outputs=dict(fragments=n, compacted=False))
+    before, after = compact(p['table'])
+    return StageRun('compact', 'ran', outputs=dict(fragments_before=before, fragments=after, compacted=True))
+
+# %% ../nbs/09_pipeline.ipynb #f90e0d1c
+def _profile_stage(c:dict, p:dict, progress:bool)->StageRun:
+    drops = write_report(p['table'], p['out'] / 'profile')
+    tot = drops.loc['total']
+    reasons = {k: int(tot[k]) for k in drops.columns if k not in ('rows', 'kept') and not k.startswith('tier_') and int(tot[k])}
+    return StageRun('profile', 'ran', rows_in=int(tot['rows']), rows_out=int(tot['kept']), reasons=reasons,
+                    outputs=dict(report=str(p['out'] / 'profile'), tiers={k: int(tot[k]) for k in drops.columns if k.startswith('tier_')}))
+
+def _fill_stage(name:str, fn):
+    "A stage that fills a column with `fn(table, engine, progress)` (a `ColumnFill`)."
+    def stage(c:dict, p:dict, progress:bool)->StageRun:
+        f = fn(p['table'], p['engine'], progress)
+        return StageRun(name, 'ran', rows_in=f.filled, rows_out=f.filled, outputs=dict(column=f.column, version=f.version))
+    return stage
+
+# %% ../nbs/09_pipeline.ipynb #f12aab65
+def _explore_stage(c:dict, p:dict, progress:bool)->StageRun:
+    from prx_nb.explore import add_tags, add_image_embeddings, index_table
+    t = add_tags(p['table'], progress=progress)
+    add_image_embeddings(p['table'], progress=progress)
+    index_table(p['table'])
+    return StageRun('explore', 'ran', rows_in=t.filled, rows_out=t.filled, outputs=dict(tags='caption_tags', indexed=True))
+
+def _caption_stage(c:dict, p:dict, progress:bool)->StageRun:
+    k = c['caption']
+    spec = CaptionSpec(k['model'], max_new_tokens=k['max_new_tokens'], max_pixels=k['max_pixels'])
+    b = Backend(k['backend'], spec, endpoint=k['endpoint'])
+    r = caption_table(p['table'], b if p['engine'].is_ray else b.make(), k['name'], engine=p['engine'], progress=progress)
+    return StageRun('caption', 'ran', rows_in=r.rows, rows_out=r.statuses.get('ok', 0),
+                    reasons={s: n for s, n in r.statuses.items() if s != 'ok'}, outputs=dict(column=r.column, version=r.version))
+
+def _classify_stage(c:dict, p:dict, progress:bool)->StageRun:
+    from prx_nb.classify import make_classifier
+    k = c['classify']
+    cl = make_classifier(k['backend'], model=k['model'] or None, endpoint=k['endpoint'], labels=tuple(k['labels']))
+    r = classify_table(p['table'], cl, k['name'], caption_column=p['classify_column'], progress=progress)
+    return StageRun('classify', 'ran', rows_in=r.rows, rows_out=sum(r.labels.values()), reasons=dict(r.reasons),
+                    outputs=dict(column=r.column, labels=r.labels, caption_column=p['classify_column']))
+
+# %% ../nbs/09_pipeline.ipynb #01eccfb0
+def _mds_stage(c:dict, p:dict, progress:bool)->StageRun:
+    m = c['mds']
+    w = write_mds(p['table'], p['mds'], caption_column=p['mds_column'], where=m['where'] or None, bucketer=_bucketer(m),
+                  shard_bytes=m['shard_bytes'], part_rows=m['part_rows'], engine=p['engine'], progress=progress)
+    rej = Counter()
+    for b in w.buckets.values(): rej.update(b.rejected)
+    if w.unbucketed: rej['fits_no_bucket'] = w.unbucketed
+    tiers = Counter()
+    for k, b in w.buckets.items(): tiers[k.split('/')[0]] += b.written
+    return StageRun('mds', 'ran', rows_in=w.written + sum(rej.values()), rows_out=w.written, reasons=dict(rej),
+                    outputs=dict(tree=str(p['mds']), buckets=len(w.buckets), samples_per_tier=dict(tiers), lance_version=w.lance_version))
+
+def _dedup_stage(c:dict, p:dict, progress:bool)->StageRun:
+    r = dedup_tree(p['mds'], radius=c['dedup']['radius'], table=p['table'], progress=progress)
+    return StageRun('dedup', 'ran', rows_in=r.samples, rows_out=r.samples - r.total_skipped, reasons=dict(dedup=r.total_skipped),
+                    outputs=dict(skipped_per_tier=_per_tier(r.skipped), groups=r.groups, without_fingerprint=len(r.no_fingerprint)))
+
+def _per_tier(per_bucket:dict)->dict:
+    out = Counter()
+    for k, n in per_bucket.items(): out[k.split('/')[0]] += int(n)
+    return dict(out)
+
+# %% ../nbs/09_pipeline.ipynb #394d237f
+def _filter_stage(c:dict, p:dict, progress:bool)->StageRun:
+    f = filter_tree(p['mds'], p['table'], f"label_{c['classify']['name']}", labels=c['filter']['labels'],
+                    min_score=c['filter']['min_score'], progress=progress)
+    per = {l: int(f.buckets[l].sum()) for l in f.labels}
+    tiers = {str(t): {l: int(g[l].sum()) for l in f.labels} for t, g in f.buckets.groupby('tier')}
+    return StageRun('filter', 'ran', rows_in=f.samples, rows_out=f.samples - f.skipped, reasons=per,
+                    outputs=dict(skipped_per_tier=tiers, unlabelled=int(f.buckets.unlabelled.sum()), unscored=f.unscored))
+
+def _optout_stage(c:dict, p:dict, progress:bool)->StageRun:
+    from prx_nb.skips import optout, read_ids
+    ids = read_ids(c['optout']['ids'])
+    r = optout(p['mds'], ids, table=p['table'])
+    n = sum(v for k, v in r.items() if k != 'not_found')
+    return StageRun('optout', 'ran', rows_in=len(ids), reasons=dict(optout=n), outputs=dict(not_in_tree=r['not_found']))
+
+# %% ../nbs/09_pipeline.ipynb #e77fac6d
+_STAGES = [  # name, function, applies when, the options in its key
+    ('ingest', _ingest_stage, lambda c: True, lambda c, p: [c['ingest'], sources_digest(c['ingest']['sources'])]),
+    ('compact', _compact_stage, lambda c: c['run']['compact_fragments'] > 0, lambda c, p: [c['run']['compact_fragments']]),
+    ('profile', _profile_stage, lambda c: c['profile']['enabled'], lambda c, p: []),
+    ('phash', _fill_stage('phash', lambda t, e, pr: add_phash(t, engine=e, progress=pr)), lambda c: c['phash']['enabled'] or c['dedup']['enabled'], lambda c, p: []),
+    ('explore', _explore_stage, lambda c: c['explore']['enabled'], lambda c, p: []),
+    ('caption', _caption_stage, lambda c: c['caption']['enabled'], lambda c, p: [c['caption']]),
+    ('classify', _classify_stage, lambda c: c['classify']['enabled'], lambda c, p: [c['classify'], p['classify_column']]),
+    ('mds', _mds_stage, lambda c: True, lambda c, p: [c['mds'], p['mds_column']]),
+    ('dedup', _dedup_stage, lambda c: c['dedup']['enabled'], lambda c, p: [c['dedup']]),
+    ('filter', _filter_stage, lambda c: c['filter']['enabled'], lambda c, p: [c['filter']]),
+    ('optout', _optout_stage, lambda c: bool(c['optout']['ids']), lambda c, p: [Path(c['optout']['ids']).read_text()]),
+]
+
+# %% ../nbs/09_pipeline.ipynb #4c12bb59
+def _paths(c:dict)->dict:
+    "The run's paths and derived choices: table, tree, engine, caption columns."
+    out = Path(c['run']['out'])
+    cap = f"caption_{c['caption']['name']}" if c['caption']['enabled'] else 'caption_source'
+    mds_col = c['mds']['caption_column'] or cap
+    eng = Engine('ray', c['run']['ray_address'] or None, c['run']['workers'] or None) if c['run']['engine'] == 'ray' else Engine('local')
+    return dict(out=out, table=c['run']['table'] or str(out / 'corpus.lance'), mds=out / 'mds', engine=eng,
+                mds_column=mds_col, classify_column=c['classify']['caption_column'] or mds_col)
+
+# %% ../nbs/09_pipeline.ipynb #5f86209c
+@dataclass
+class RunSummary:
+    "What `run_pipeline` did: every stage, and where the outputs are."
+    out: Path # the run folder
+    stages: list # a `StageRun` per stage, in order
+    seconds: float = 0.0 # wall time of the whole run
+    def stage(self, name:str)->StageRun|None: return next((s for s in self.stages if s.name == name), None)
+    def frame(self)->pd.DataFrame:
+        "One row per stage: status, seconds, rows in and out, rows/s, reasons."
+        return pd.DataFrame([dict(stage=s.name, status=s.status, seconds=round(s.seconds, 2), rows_in=s.rows_in,
+                                  rows_out=s.rows_out, per_s=s.per_s, reasons=s.reasons or '') for s in self.stages]).set_index('stage')
+
+# %% ../nbs/09_pipeline.ipynb #5c6f9964
+def _move_aside_if_changed(state:RunState, key:str, tree:Path)->str|None:
+    "Move an MDS tree written with other [mds] options aside; where it went."
+    prev = state.done.get('mds')
+    if not prev or not tree.exists() or prev.get('mds_options') == key: return None
+    aside = tree.with_name(f"mds.replaced-{time.strftime('%Y%m%dT%H%M%S')}")
+    tree.rename(aside)
+    return str(aside)
+
+def run_pipeline(config:str|Path|dict, # a TOML file, or a configuration dict
+                 *,
+                 progress:bool=True, # progress bars per stage
+                )->RunSummary:
+    "Run every stage of `config` in order, skipping the stages finished with the same inputs; writes summary.json."
+    c = load_config(config)
+    p = _paths(c)
+    p['out'].mkdir(parents=True, exist_ok=True)
+    state, runs, key, t0 = RunState(p['out']), [], '', time.perf_counter()
+    for name, fn, applies, opts in _STAGES:
+        if not applies(c): runs.append(StageRun(name, 'off')); continue
+        key = _digest(name, key, opts(c, p))
+        if (done := state.finished(name, key)):
+            runs.append(StageRun(**(done['result'] | dict(status='skipped', seconds=0.0)))); continue
+        extra = dict(mds_options=_digest(c['mds'], p['mds_column'])) if name == 'mds' else {}
+        if extra and (aside := _move_aside_if_changed(state, extra['mds_options'], p['mds'])):
+            warnings.warn(f'[mds] options changed: the previous tree was moved to {aside}')
+        t = time.perf_counter()
+        try: r = fn(c, p, progress)
+        except (OSError, RuntimeError) as e:  # a full disk, a read-only folder: say which stage and which output
+            if not isinstance(e, OSError) and 'No space left' not in str(e): raise
+            where = p['mds'] if name in ('mds', 'dedup', 'filter', 'optout') else p['out'] / 'profile' if name == 'profile' else p['table']
+            raise OSError(getattr(e, 'errno', None), f"{getattr(e, 'strerror', None) or e} (stage {name})", str(getattr(e, 'filename', None) or where)) from None
+        r.seconds = time.perf_counter() - t
+        state.record(name, key, r, **extra)
+        runs.append(r)
+    s = RunSummary(p['out'], runs, seconds=time.perf_counter() - t0)
+    _write_summary(s, c, p)
+    return s
+
+# %% ../nbs/09_pipeline.ipynb #c376bca8
+def _write_summary(s:RunSummary, c:dict, p:dict):
+    "summary.json beside the outputs, atomically."
+    d = dict(finished_at=time.strftime('%Y-%m-%dT%H:%M:%S'), seconds=round(s.seconds, 2), table=p['table'], tree=str(p['mds']),
+             profile=str(p['out'] / 'profile'), config=c, stages=[asdict(r) | dict(per_s=r.per_s) for r in s.stages])
+    tmp = p['out'] / f'summary.json.tmp{os.getpid()}'
+    tmp.write_text(json.dumps(d, indent=1, default=str))
+    os.replace(tmp, p['out'] / 'summary.json')
+
+# %% ../nbs/09_pipeline.ipynb #6425fbec
+def demo_config(out:str|Path='demo_out', # the run folder; the demo sources are in `out`/sources
+               )->dict:
+    "The configuration that runs the demo's stages over its sources."
+    src = Path(out) / 'sources'
+    return dict(run=dict(out=str(out)), ingest=dict(sources=demo_sources(src), embeddings=str(src / 'embeddings.parquet')),
+                explore=dict(enabled=True), classify=dict(caption_column='caption_tags', name='kind_tags'))
+
+# %% ../nbs/09_pipeline.ipynb #2ea2dfb7
+_CONFIG = Param('the TOML configuration (start from `prx_run --print-config > run.toml`)', str, opt=False, nargs='?')
+
+@call_parse
+def prx_run(config:_CONFIG=None,
+            print_config:bool=False, # print the default configuration, commented, and exit
+            quiet:bool=False, # no progress bars
+           ):
+    "Run every stage over your sources as CONFIG says; a rerun skips what is finished and resumes what is not."
+    if print_config: return print(config_text(), end='')
+    if not config: raise SystemExit('prx_run: give a CONFIG file (start from `prx_run --print-config > run.toml`)')
+    try: s = run_pipeline(config, progress=not quiet)
+    except (ValueError, RuntimeError) as e: raise SystemExit(f'prx_run: {e}') from None
+    except OSError as e:
+        raise SystemExit(f"prx_run: cannot write {e.filename or 'the outputs'}: {e.strerror or e}. What finished before "
+                         'stays intact and readable; free space (or fix the permissions) and run again to finish') from None
+    print(s.frame().to_string())
+    print(f'{s.seconds:.1f} s; summary in {s.out / "summary.json"}')
 
 # %% ../nbs/09_pipeline.ipynb #4215e390
 @call_parse
