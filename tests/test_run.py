@@ -99,3 +99,35 @@ def test_full_disk_is_one_clear_error_and_a_rerun_with_space_finishes(tmp_path, 
         assert a == b
     finally:
         subprocess.run(['umount', str(mnt)], capture_output=True)
+
+
+def free_port():
+    import socket
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_a_two_node_ray_cluster_runs_the_config_as_one_process_does(tmp_path, demo):
+    "A real cluster: `ray start --head` and a second `ray start --address` node as separate processes; the run's table, tree and skip lists equal the single-process run's, and both nodes wrote parts."
+    ray = str(BIN / 'ray')
+    env = dict(os.environ, RAY_AUTH_MODE='disabled', RAY_USAGE_STATS_ENABLED='0')
+    port = free_port()
+    subprocess.run([ray, 'stop', '--force'], capture_output=True, env=env)
+    try:
+        subprocess.run([ray, 'start', '--head', f'--port={port}', '--num-cpus=1', '--include-dashboard=false'], check=True, capture_output=True, env=env)
+        subprocess.run([ray, 'start', f'--address=127.0.0.1:{port}', '--num-cpus=1'], check=True, capture_output=True, env=env)
+        local = config(tmp_path, demo, 'local')
+        cluster = config(tmp_path, demo, 'cluster', run=dict(out=str(tmp_path / 'cluster'), engine='ray', ray_address=f'127.0.0.1:{port}'))
+        for cfg in (local, cluster):
+            r = subprocess.run([str(BIN / 'prx_run'), str(cfg), '--quiet'], capture_output=True, text=True, env=env)
+            assert r.returncode == 0, r.stderr[-3000:]
+        nodes = set()
+        for b in iter_buckets(tmp_path / 'cluster' / 'mds'):
+            nodes |= {w.split(':node-')[1] for w in json.loads((b / 'bucket.json').read_text())['writers'] if ':node-' in w}
+        assert len(nodes) == 2, nodes                                   # parts were written on both nodes
+        a, b = state(tmp_path / 'local'), state(tmp_path / 'cluster')
+        assert a[0] == b[0], 'the Lance tables differ'
+        assert {k: (m, s) for k, (m, s, _) in a[1].items()} == {k: (m, s) for k, (m, s, _) in b[1].items()}, 'the trees differ'
+        assert {k: sk for k, (_, _, sk) in a[1].items()} == {k: sk for k, (_, _, sk) in b[1].items()}, 'the skip lists differ'
+    finally:
+        subprocess.run([ray, 'stop', '--force'], capture_output=True, env=env)
