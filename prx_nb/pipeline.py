@@ -396,7 +396,7 @@ def _write_summary(s:RunSummary, c:dict, p:dict):
     tmp.write_text(json.dumps(d, indent=1, default=str))
     os.replace(tmp, p['out'] / 'summary.json')
 
-# %% ../nbs/09_pipeline.ipynb #ed556b1f
+# %% ../nbs/09_pipeline.ipynb #749c27cd
 def demo_config(out:str|Path='demo_out', # the run folder; the demo sources are in `out`/sources
                 *,
                 engine:str='local', # 'local' or 'ray' (a local Ray)
@@ -416,7 +416,7 @@ def demo_config(out:str|Path='demo_out', # the run folder; the demo sources are 
                             max_new_tokens=s.max_new_tokens, max_pixels=s.max_pixels)
     return c
 
-# %% ../nbs/09_pipeline.ipynb #336f3807
+# %% ../nbs/09_pipeline.ipynb #cf3b2ea4
 @dataclass
 class DemoRun:
     "Where a demo run wrote its outputs, what was planted, and what each stage did."
@@ -444,7 +444,7 @@ def run_demo(out:str|Path='demo_out', # output folder: sources/, corpus.lance, p
     s = run_pipeline(demo_config(out, engine=engine, caption=caption, explore=explore), progress=progress)
     return DemoRun(out, truth, s)
 
-# %% ../nbs/09_pipeline.ipynb #410fe3ab
+# %% ../nbs/09_pipeline.ipynb #e082448b
 def _tree_ids(tree:Path, # an MDS tree
               reason:str='dedup', # the skip lists read
              )->tuple:
@@ -456,7 +456,7 @@ def _tree_ids(tree:Path, # an MDS tree
         skipped |= {m['id'] for m in man if m['index'] in sk.get(m['shard'], ())}
     return in_tree, skipped
 
-# %% ../nbs/09_pipeline.ipynb #6ed1ebdf
+# %% ../nbs/09_pipeline.ipynb #b871c1e4
 def _bad_groups(groups:list, in_tree:set, skipped:set, *, px)->tuple:
     "(groups not kept right, copies to skip); `px`: id → pixels."
     bad, expected = [], 0
@@ -468,7 +468,7 @@ def _bad_groups(groups:list, in_tree:set, skipped:set, *, px)->tuple:
         if len(kept) != 1 or px(kept[0]) != max(px(i) for i in g): bad.append(g)
     return bad, expected
 
-# %% ../nbs/09_pipeline.ipynb #98d7df44
+# %% ../nbs/09_pipeline.ipynb #66796a24
 def _text_check(r:DemoRun, in_tree:set)->dict:
     "The planted text images in the tree, those skipped as `text`, and the other samples skipped as `text`."
     text, skipped = set(r.truth.text) & in_tree, _tree_ids(r.tree, 'text')[1]
@@ -476,7 +476,7 @@ def _text_check(r:DemoRun, in_tree:set)->dict:
     return dict(text_in_tree=len(text), text_skipped=len(text & skipped), text_skipped_other=sorted(skipped - text),
                 text_read=cl.status != 'off' and cl.outputs.get('caption_column') == 'caption_tags')
 
-# %% ../nbs/09_pipeline.ipynb #ec5e8275
+# %% ../nbs/09_pipeline.ipynb #94c77bd2
 def check_demo(r:DemoRun)->dict:
     "The run against what was planted: statuses, rows, the tree, its dedup and its text filter."
     t = lance.dataset(r.table).to_table(columns=['id', 'status', 'width', 'height']).to_pandas().set_index('id')
@@ -514,7 +514,7 @@ def prx_run(config:_CONFIG=None,
     print(s.frame().to_string())
     print(f'{s.seconds:.1f} s; summary in {s.out / "summary.json"}')
 
-# %% ../nbs/09_pipeline.ipynb #1d361af6
+# %% ../nbs/09_pipeline.ipynb #d03c8b29
 @call_parse
 def prx_demo(out:str='demo_out', # output folder
              ray:bool=False, # run the Ray stages on a local Ray
