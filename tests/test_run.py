@@ -112,7 +112,8 @@ def test_a_two_node_ray_cluster_runs_the_config_as_one_process_does(tmp_path, de
     ray = str(BIN / 'ray')
     env = dict(os.environ, RAY_AUTH_MODE='disabled', RAY_USAGE_STATS_ENABLED='0')
     port = free_port()
-    subprocess.run([ray, 'stop', '--force'], capture_output=True, env=env)
+    import ray as in_process
+    if in_process.is_initialized(): in_process.shutdown()  # a local Ray an earlier test started here: stopped cleanly, not killed
     try:
         subprocess.run([ray, 'start', '--head', f'--port={port}', '--num-cpus=1', '--include-dashboard=false'], check=True, capture_output=True, env=env)
         subprocess.run([ray, 'start', f'--address=127.0.0.1:{port}', '--num-cpus=1'], check=True, capture_output=True, env=env)
