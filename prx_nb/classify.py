@@ -21,14 +21,22 @@ from .skips import set_skips, read_skips
 
 # %% auto #0
 __all__ = ['LABELS', 'RESERVED', 'HINTS', 'SYSTEM', 'QUESTION', 'USER', 'CLASSIFY_VERSION', 'TEXT_QUERY', 'NSFW_QUERY',
-           'BACKENDS', 'check_labels', 'ClassifySpec', 'classify_messages', 'Verdict', 'parse_label', 'caption_set',
-           'MiniLMClassifier', 'tiny_llm', 'TransformersClassifier', 'OpenAIClassifier', 'VLLMClassifier',
-           'make_classifier', 'candidates', 'label_columns', 'ClassifyRun', 'classify_table', 'TreeFilter',
-           'filter_tree', 'prx_classify', 'prx_filter']
+           'BACKENDS', 'check_label', 'check_labels', 'ClassifySpec', 'classify_messages', 'Verdict', 'parse_label',
+           'caption_set', 'MiniLMClassifier', 'tiny_llm', 'TransformersClassifier', 'OpenAIClassifier',
+           'VLLMClassifier', 'make_classifier', 'candidates', 'label_columns', 'ClassifyRun', 'classify_table',
+           'TreeFilter', 'filter_tree', 'prx_classify', 'prx_filter']
 
 # %% ../nbs/08a_classify.ipynb #b4dc21eb
 LABELS = ('visual', 'text', 'nsfw')
 RESERVED = ('dedup', 'optout')  # skip-list reasons owned by other stages
+
+def check_label(l, # one label
+               )->str:
+    "`l`, or `ValueError` saying why it cannot be a label (it names a skip list)."
+    if not (isinstance(l, str) and l.replace('_', '').isalnum() and l == l.lower()):
+        raise ValueError(f'label {l!r} must be a lowercase word (letters, digits, _): it names a skip list')
+    if l in RESERVED: raise ValueError(f'label {l!r} is the name of the {l} skip lists; choose another')
+    return l
 
 def check_labels(labels, # the labels a classifier may give
                 )->tuple:
@@ -36,11 +44,7 @@ def check_labels(labels, # the labels a classifier may give
     labels = tuple(labels)
     if len(labels) < 2 or len(set(labels)) != len(labels):
         raise ValueError(f'labels must be at least two distinct words, got {labels}')
-    for l in labels:
-        if not (isinstance(l, str) and l.replace('_', '').isalnum() and l == l.lower()):
-            raise ValueError(f'label {l!r} must be a lowercase word (letters, digits, _): it names a skip list')
-        if l in RESERVED: raise ValueError(f'label {l!r} is the name of the {l} skip lists; choose another')
-    return labels
+    return tuple(map(check_label, labels))
 
 # %% ../nbs/08a_classify.ipynb #c6d28fbf
 HINTS = dict(visual='a photograph, painting or illustration: something you look at',
@@ -201,7 +205,7 @@ def _prompt_ids(self:TransformersClassifier, caption:str)->list:
     msgs = classify_messages(self.spec, caption)
     if self.tok.chat_template:
         ids = self.tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
-        return list(ids['input_ids'] if isinstance(ids, dict) or hasattr(ids, 'keys') else ids)
+        return list(ids['input_ids'] if hasattr(ids, 'keys') else ids)  # a list, or a BatchEncoding in newer transformers
     return self.tok('\n\n'.join(m['content'] for m in msgs) + '\nAnswer: ', add_special_tokens=False)['input_ids']
 
 # %% ../nbs/08a_classify.ipynb #e1fb42c6
@@ -541,8 +545,7 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
                 progress:bool=True, # show a progress bar over the buckets
                )->TreeFilter:
     "Write one skip list per label over the tree `root`, replacing the previous lists of those reasons."
-    labels = tuple(labels)
-    for l in labels: check_labels((l, '_other'))
+    labels = tuple(map(check_label, labels))  # one label is enough here: each is a skip-list reason
     if not 0 <= min_score <= 1: raise ValueError(f'min_score must be in [0, 1], got {min_score}')
     flagged, unscored, unlabelled = _flagged(table, label_column, labels=labels, min_score=min_score)
     rows, made_by, n_unscored = [], 'prx_nb.classify.filter_tree', 0

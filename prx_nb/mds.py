@@ -261,16 +261,14 @@ def _unwritten(final:Path, ids:list)->list:
     have |= set(pq.read_table(final / 'rejected.parquet', columns=['id'])['id'].to_pylist())
     return [i for i in ids if i not in have]
 
-def _append(ds, key:str, new:list, *, out:Path, bucketer:Bucketer, caption_column:str, shard_bytes:int, part_rows:int)->BucketWrite:
-    "Append rows `new` to the finished bucket `out`/`key` as new shards; its samples, shards and skip lists stay as they are."
-    final, pdir = out / key, _parts_dir(out, key)
-    how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)
-    tag = _ids_digest(new)[:12]  # the same rows to add: the same parts, so a killed append resumes
-    parts = [pdir / f'add.{tag}.{n:05d}' for n in range(len(_chunks(new, part_rows)))]
-    for p, c in zip(parts, _chunks(new, part_rows)): write_part(ds, key, c, part=p, **how)
-    res = merge_parts([final] + parts, final, _bucket_meta(ds, key, **how), skips=_skips_by_id(final))
-    shutil.rmtree(pdir, ignore_errors=True)
-    return res
+def _bucket_parts(out:Path, key:str, ids:list, *, part_rows:int, done:BucketWrite|None)->list:
+    "(part folder, its ids) still to write for bucket `key`: every row of a new bucket, the rows a finished one (`done`) lacks."
+    prefix = 'part'
+    if done is not None:
+        ids = _unwritten(out / key, ids)
+        if not ids: return []
+        prefix = f'add.{_ids_digest(ids)[:12]}'  # the same rows to add: the same parts, so a killed append resumes
+    return [(_parts_dir(out, key) / f'{prefix}.{n:05d}', c) for n, c in enumerate(_chunks(ids, part_rows))]
 
 def write_bucket(ds, # the Lance dataset (at the version being written)
                  key:str, # 'tier/WxH'
@@ -286,17 +284,15 @@ def write_bucket(ds, # the Lance dataset (at the version being written)
     final = out / key
     tmp = final.with_name(final.name + '.partial')
     if not final.exists() and (tmp / 'bucket.json').exists(): tmp.rename(final)  # a merge killed between its two renames
-    if (done := _complete(final)) is not None:
-        new = _unwritten(final, ids)
-        return _append(ds, key, new, out=out, bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes,
-                       part_rows=part_rows) if new else done
-    kept = _skips_by_id(final) if final.exists() else {}  # a bucket that lost its bucket.json: its skip lists stay
-    pdir = _parts_dir(out, key)
+    done = _complete(final)
+    todo = _bucket_parts(out, key, ids, part_rows=part_rows, done=done)
+    if done is not None and not todo: return done
+    kept = _skips_by_id(final) if final.exists() else {}  # skip lists stay: of a bucket grown, or one that lost its bucket.json
     how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)
-    parts = [pdir / f'part.{n:05d}' for n in range(len(_chunks(ids, part_rows)))]
-    for p, c in zip(parts, _chunks(ids, part_rows)): write_part(ds, key, c, part=p, **how)
-    res = merge_parts(parts, final, _bucket_meta(ds, key, **how), skips=kept)
-    shutil.rmtree(pdir, ignore_errors=True)
+    for p, c in todo: write_part(ds, key, c, part=p, **how)
+    base = [final] if done is not None else []  # a finished bucket grows: merged again from itself and the new parts
+    res = merge_parts(base + [p for p, _ in todo], final, _bucket_meta(ds, key, **how), skips=kept)
+    shutil.rmtree(_parts_dir(out, key), ignore_errors=True)
     return res
 
 # %% ../nbs/07_mds.ipynb #76e599e8
@@ -387,9 +383,8 @@ def _ray_part(row:dict, *, table:str, version:int, out:str, how:dict)->dict:
 
 def _ray_parts(ds, plan:dict, out:Path, *, how:dict, part_rows:int, engine:Engine):
     "Write every unfinished part of `plan` on Ray Data workers, several buckets and parts at once."
-    items = [dict(key=k, path=str((_parts_dir(out, k) / f'part.{n:05d}').relative_to(out)), ids=c)
-             for k, ids in plan.items() if _complete(out / k) is None
-             for n, c in enumerate(_chunks(ids, part_rows))]
+    items = [dict(key=k, path=str(p.relative_to(out)), ids=c) for k, ids in plan.items()
+             for p, c in _bucket_parts(out, k, ids, part_rows=part_rows, done=_complete(out / k))]  # appended rows too
     if not items: return
     ray = engine.start()
     kw = dict(table=ds.uri, version=ds.version, out=str(out), how=how)

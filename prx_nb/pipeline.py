@@ -22,7 +22,7 @@ from .mds import write_mds, iter_bucket, iter_buckets
 from .skips import read_skips
 from .dedup import dedup_tree
 from .caption import Backend, CaptionSpec, caption_table
-from .classify import classify_table, filter_tree
+from .classify import classify_table, filter_tree, check_labels, BACKENDS
 
 # %% auto #0
 __all__ = ['CONFIG', 'config_text', 'load_config', 'sources_digest', 'StageRun', 'RunState', 'RunSummary', 'run_pipeline',
@@ -94,11 +94,10 @@ def config_text(values:dict|None=None, # section -> key -> value to write instea
 # %% ../nbs/09_pipeline.ipynb #c533f2f2
 def _typed(sec:str, key:str, v, *, default, where:str):
     "`v` checked against the type of `default` (an int is a float where a float is expected)."
-    want = type(default)
-    ok = (isinstance(v, bool) if want is bool else isinstance(v, (int, float)) and not isinstance(v, bool) if want is float
-          else isinstance(v, int) and not isinstance(v, bool) if want is int
-          else isinstance(v, list) and all(isinstance(x, type(default[0])) for x in v) if want is list and default
-          else isinstance(v, want))
+    want, number = type(default), isinstance(v, (int, float)) and not isinstance(v, bool)
+    ok = {bool: isinstance(v, bool), float: number, int: number and isinstance(v, int),
+          list: isinstance(v, list) and all(isinstance(x, type(default[0])) for x in v) if default else isinstance(v, list)
+         }.get(want, isinstance(v, want))
     if not ok: raise ValueError(f'{where}: {sec}.{key} must be {want.__name__}'
                                 + (f' of {type(default[0]).__name__}' if want is list and default else '') + f', got {v!r}')
     return float(v) if want is float else v
@@ -126,7 +125,6 @@ def load_config(cfg:str|Path|dict, # a TOML file, or its contents as a dict
 # %% ../nbs/09_pipeline.ipynb #6e4fc4d2
 def _check_values(c:dict, where:str):
     "The checks that need the stages' own rules; `ValueError` naming the key."
-    from prx_nb.classify import check_labels, BACKENDS
     def bad(key, why): raise ValueError(f'{where}: {key} {why}')
     if not c['ingest']['sources']: bad('ingest.sources', 'is empty: name at least one source ([NAME=]KIND:PATH)')
     for s in c['ingest']['sources']:
@@ -134,8 +132,9 @@ def _check_values(c:dict, where:str):
         except ValueError as e: bad('ingest.sources', f'has {s!r}: {e}')
     if c['run']['engine'] not in ('local', 'ray'): bad('run.engine', f"must be local or ray, got {c['run']['engine']!r}")
     if c['caption']['enabled']:
-        if c['caption']['backend'] not in ('openai', 'transformers', 'vllm'): bad('caption.backend', 'must be openai, transformers or vllm')
         if not c['caption']['model']: bad('caption.model', 'is needed when caption.enabled is true')
+        try: _caption_backend(c['caption'])
+        except ValueError as e: bad('caption.backend', str(e))
     k = c['classify']
     if k['enabled']:
         if k['backend'] not in BACKENDS: bad('classify.backend', f'must be one of {", ".join(BACKENDS)}, got {k["backend"]!r}')
@@ -150,6 +149,11 @@ def _check_values(c:dict, where:str):
     try: _bucketer(c['mds'])
     except ValueError as e: bad('mds', str(e))
     if c['optout']['ids'] and not Path(c['optout']['ids']).is_file(): bad('optout.ids', f"names {c['optout']['ids']}, which is not a file")
+
+def _caption_backend(k:dict)->Backend:
+    "The captioner `Backend` of the [caption] options (it checks the backend's name)."
+    return Backend(k['backend'], CaptionSpec(k['model'], max_new_tokens=k['max_new_tokens'], max_pixels=k['max_pixels']),
+                   endpoint=k['endpoint'])
 
 def _bucketer(m:dict)->Bucketer:
     "The `Bucketer` of the [mds] options."
@@ -250,9 +254,7 @@ def _explore_stage(c:dict, p:dict, progress:bool)->StageRun:
     return StageRun('explore', 'ran', rows_in=t.filled, rows_out=t.filled, outputs=dict(tags='caption_tags', indexed=True))
 
 def _caption_stage(c:dict, p:dict, progress:bool)->StageRun:
-    k = c['caption']
-    spec = CaptionSpec(k['model'], max_new_tokens=k['max_new_tokens'], max_pixels=k['max_pixels'])
-    b = Backend(k['backend'], spec, endpoint=k['endpoint'])
+    k, b = c['caption'], _caption_backend(c['caption'])
     r = caption_table(p['table'], b if p['engine'].is_ray else b.make(), k['name'], engine=p['engine'], progress=progress)
     return StageRun('caption', 'ran', rows_in=r.rows, rows_out=r.statuses.get('ok', 0),
                     reasons={s: n for s, n in r.statuses.items() if s != 'ok'}, outputs=dict(column=r.column, version=r.version))
@@ -351,11 +353,14 @@ def _move_aside_if_changed(state:RunState, key:str, tree:Path)->str|None:
     tree.rename(aside)
     return str(aside)
 
+def _output(name:str, p:dict)->str:
+    "What stage `name` writes: the tree, the profile folder or the table."
+    return str(p['mds'] if name in ('mds', 'dedup', 'filter', 'optout') else p['out'] / 'profile' if name == 'profile' else p['table'])
+
 def _outputs_exist(name:str, p:dict)->bool:
     "Whether what stage `name` wrote is still there (a deleted output is written again, whatever the state says)."
-    if name in ('mds', 'dedup', 'filter', 'optout'): return p['mds'].is_dir()
-    if name == 'profile': return (p['out'] / 'profile' / 'drops.csv').exists()
-    return '://' in p['table'] or Path(p['table']).is_dir()
+    out = _output(name, p)
+    return '://' in out or Path(out).is_dir() and (name != 'profile' or (Path(out) / 'drops.csv').exists())
 
 def run_pipeline(config:str|Path|dict, # a TOML file, or a configuration dict
                  *,
@@ -365,11 +370,11 @@ def run_pipeline(config:str|Path|dict, # a TOML file, or a configuration dict
     c = load_config(config)
     p = _paths(c)
     p['out'].mkdir(parents=True, exist_ok=True)
-    state, runs, key, t0 = RunState(p['out']), [], '', time.perf_counter()
+    state, runs, key, t0, ran = RunState(p['out']), [], '', time.perf_counter(), False
     for name, fn, applies, opts in _STAGES:
         if not applies(c): runs.append(StageRun(name, 'off')); continue
         key = _digest(name, key, opts(c, p))
-        if not any(r.status == 'ran' for r in runs) and (done := state.finished(name, key)) and _outputs_exist(name, p):
+        if not ran and (done := state.finished(name, key)) and _outputs_exist(name, p):
             runs.append(StageRun(**(done['result'] | dict(status='skipped', seconds=0.0)))); continue
         extra = dict(mds_options=_digest(c['mds'], p['mds_column'])) if name == 'mds' else {}
         if extra and (aside := _move_aside_if_changed(state, extra['mds_options'], p['mds'])):
@@ -378,10 +383,11 @@ def run_pipeline(config:str|Path|dict, # a TOML file, or a configuration dict
         try: r = fn(c, p, progress)
         except (OSError, RuntimeError) as e:  # a full disk, a read-only folder: say which stage and which output
             if not isinstance(e, OSError) and 'No space left' not in str(e): raise
-            where = p['mds'] if name in ('mds', 'dedup', 'filter', 'optout') else p['out'] / 'profile' if name == 'profile' else p['table']
-            raise OSError(getattr(e, 'errno', None), f"{getattr(e, 'strerror', None) or e} (stage {name})", str(getattr(e, 'filename', None) or where)) from None
+            raise OSError(getattr(e, 'errno', None), f"{getattr(e, 'strerror', None) or e} (stage {name})",
+                          str(getattr(e, 'filename', None) or _output(name, p))) from None
         r.seconds = time.perf_counter() - t
         state.record(name, key, r, **extra)
+        ran = True
         runs.append(r)
     s = RunSummary(p['out'], runs, seconds=time.perf_counter() - t0)
     _write_summary(s, c, p)
@@ -446,14 +452,16 @@ def run_demo(out:str|Path='demo_out', # output folder: sources/, corpus.lance, p
 
 # %% ../nbs/09_pipeline.ipynb #e082448b
 def _tree_ids(tree:Path, # an MDS tree
-              reason:str='dedup', # the skip lists read
+              reasons=('dedup', 'text'), # the skip lists read
              )->tuple:
-    "(ids in the tree, ids on `reason`'s skip lists)."
-    in_tree, skipped = set(), set()
+    "(ids in the tree, {reason: ids on its skip lists}), in one pass over the manifests."
+    in_tree, skipped = set(), {r: set() for r in reasons}
     for b in iter_buckets(tree):
-        man, sk = pq.read_table(b / 'manifest.parquet').to_pylist(), read_skips(b, [reason])
+        man = pq.read_table(b / 'manifest.parquet', columns=['id', 'shard', 'index']).to_pylist()
         in_tree |= {m['id'] for m in man}
-        skipped |= {m['id'] for m in man if m['index'] in sk.get(m['shard'], ())}
+        for r in reasons:
+            sk = read_skips(b, [r])
+            skipped[r] |= {m['id'] for m in man if m['index'] in sk.get(m['shard'], ())}
     return in_tree, skipped
 
 # %% ../nbs/09_pipeline.ipynb #b871c1e4
@@ -469,9 +477,9 @@ def _bad_groups(groups:list, in_tree:set, skipped:set, *, px)->tuple:
     return bad, expected
 
 # %% ../nbs/09_pipeline.ipynb #66796a24
-def _text_check(r:DemoRun, in_tree:set)->dict:
-    "The planted text images in the tree, those skipped as `text`, and the other samples skipped as `text`."
-    text, skipped = set(r.truth.text) & in_tree, _tree_ids(r.tree, 'text')[1]
+def _text_check(r:DemoRun, in_tree:set, skipped:set)->dict:
+    "The planted text images in the tree, those `skipped` as `text`, and the other samples skipped as `text`."
+    text = set(r.truth.text) & in_tree
     cl = r.run.stage('classify')
     return dict(text_in_tree=len(text), text_skipped=len(text & skipped), text_skipped_other=sorted(skipped - text),
                 text_read=cl.status != 'off' and cl.outputs.get('caption_column') == 'caption_tags')
@@ -484,16 +492,16 @@ def check_demo(r:DemoRun)->dict:
     copies = {i for g in truth.duplicates for i in g}
     planted = copies | set(truth.text) | set(truth.too_small) | set(truth.aspect) | set(truth.broken)
     streamed = sum(1 for b in iter_buckets(r.tree) for _ in iter_bucket(b))
-    samples = sum(pq.read_metadata(b / 'manifest.parquet').num_rows for b in iter_buckets(r.tree))
-    in_tree, skipped = _tree_ids(r.tree)
+    in_tree, skips = _tree_ids(r.tree)
+    skipped = skips['dedup']
     px = lambda i: int(t.width[i]) * int(t.height[i])
     bad_groups, expected = _bad_groups(truth.duplicates, in_tree, skipped, px=px)
     kept = int(pd.read_csv(r.out / 'profile' / 'drops.csv', index_col=0).loc['total', 'kept'])
     return dict(rows=len(t), planted_missing=sorted(planted - set(t.index)),
                 wrong_status=sorted(i for i, s in truth.broken.items() if t.status.get(i) != s),
-                mds_samples=samples, streamed_samples=streamed, kept_by_profile=kept,
+                mds_samples=len(in_tree), streamed_samples=streamed, kept_by_profile=kept,
                 dedup_skipped=len(skipped), dedup_expected=expected, dedup_wrong_groups=bad_groups,
-                dedup_skipped_distinct=sorted(skipped - copies), **_text_check(r, in_tree))
+                dedup_skipped_distinct=sorted(skipped - copies), **_text_check(r, in_tree, skips['text']))
 
 # %% ../nbs/09_pipeline.ipynb #2ea2dfb7
 _CONFIG = Param('the TOML configuration (start from `prx_run --print-config > run.toml`)', str, opt=False, nargs='?')
