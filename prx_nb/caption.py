@@ -11,7 +11,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .core import call_parse, probe_image, open_rgb, Engine, as_engine
-from .table import write_back, image_bytes, add_columns
+from .table import write_back, image_bytes, add_columns, detach, IMAGE_SCAN
 
 # %% auto #0
 __all__ = ['SYSTEM_PROMPT', 'USER_PROMPT', 'PROMPT_VERSION', 'CaptionSpec', 'prepare_image', 'Reply', 'judge', 'tiny_tokenizer',
@@ -450,7 +450,7 @@ def _prepared_images(b:pa.Table, max_pixels:int)->pa.Table:
     # each row's bytes are read once
     got = [prepare_image(d, max_pixels) if d is not None else (None, why or 'no image bytes')
            for d, why in map(image_bytes, b.select(['image', 'uri']).to_pylist())]
-    return pa.table({'_rowid': b['_rowid'], 'jpeg': pa.array([j for j, _ in got], pa.binary()),
+    return pa.table({'_rowid': detach(b['_rowid']), 'jpeg': pa.array([j for j, _ in got], pa.binary()),
                      'why': pa.array([w for _, w in got], pa.string())})
 
 # %% ../nbs/05_caption.ipynb #0ac27df8
@@ -499,7 +499,7 @@ def _outcomes_local(table:str, filt:str, captioner, *, batch_size:int):
     "Outcomes batch by batch in this process: scan, prepare, caption."
     import lance
     scan = lance.dataset(table).scanner(columns=['image', 'uri'], filter=filt, with_row_id=True,
-                                        batch_size=batch_size)
+                                        batch_size=batch_size, **IMAGE_SCAN)
     for b in scan.to_batches():
         p = _prepared_images(pa.Table.from_batches([b]), captioner.spec.max_pixels)
         yield _caption_batch(p, captioner)

@@ -8,7 +8,7 @@ import json, os, re, shutil, socket, sys, time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-import pyarrow as pa, pyarrow.parquet as pq  # Lance is imported where a table is read: streaming needs none
+import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq  # Lance is imported where a table is read: streaming needs none
 from tqdm.auto import tqdm
 from .core import call_parse, Engine, as_engine
 from .table import sql_in, image_bytes
@@ -23,27 +23,51 @@ __all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'write_part', 'BucketWrite',
 # %% ../nbs/07_mds.ipynb #67faddf4
 MDS_COLUMNS = {'jpg': 'bytes', 'caption': 'str', 'width': 'int32', 'height': 'int32', 'id': 'str'}
 
+def _positions(ds, filt:str, columns:list)->pa.Table:
+    "`columns` of the rows of the Lance dataset `ds` where `filt` holds, with `_pos`: each row's position, as `ds.take` counts."
+    every = ds.to_table(columns=[], with_row_id=True)['_rowid'].to_numpy()  # live rows in scan order: position = index
+    t = ds.to_table(columns=columns, filter=filt, with_row_id=True)
+    order = np.argsort(every, kind='stable')
+    pos = order[np.searchsorted(every, t['_rowid'].to_numpy(), sorter=order)]
+    return t.drop_columns(['_rowid']).append_column('_pos', pa.array(pos, pa.int64()))
+
 def plan_buckets(table:str, # the Lance table
                  bucketer:Bucketer, # decides tier and bucket
                  where:str|None=None, # extra SQL filter on the table
                 )->dict:
-    "'tier/WxH' → sorted ids of the usable rows (matching `where`) that fit there."
+    "'tier/WxH' → the usable rows (matching `where`) that fit there: a table of `id` (sorted) and `_pos`, each row's position for `take`."
     import lance
     filt = "(status = 'ok')" + (f' AND ({where})' if where else '')
-    t = lance.dataset(str(table)).to_table(columns=['id', 'width', 'height'], filter=filt)
-    plan = {}
-    for i, w, h in zip(t['id'].to_pylist(), t['width'].to_pylist(), t['height'].to_pylist()):
-        tier, b, _ = bucketer.assign(w, h)
-        if tier: plan.setdefault(f'{tier}/{b[0]}x{b[1]}', []).append(i)
-    return {k: sorted(v) for k, v in sorted(plan.items())}
+    t = _positions(lance.dataset(str(table)), filt, ['id', 'width', 'height'])
+    size = (pc.fill_null(t['width'], 0).to_numpy().astype(np.int64) << 32) | pc.fill_null(t['height'], 0).to_numpy().astype(np.int64)
+    sizes, of_row = np.unique(size, return_inverse=True)  # one assignment per distinct size, not per row
+    keys = []
+    for s in sizes.tolist():
+        tier, b, _ = bucketer.assign(s >> 32, s & 0xFFFFFFFF)
+        keys.append(f'{tier}/{b[0]}x{b[1]}' if tier else '')
+    key_of_row = np.array(keys, dtype=object)[of_row] if len(t) else np.array([], object)
+    rows = t.select(['id', '_pos'])
+    return {k: rows.filter(pa.array(key_of_row == k)).sort_by('id') for k in sorted(set(keys) - {''})}
 
 # %% ../nbs/07_mds.ipynb #6317d4d8
-def _rows(ds, ids:list, columns:list, chunk:int=256):
-    "The rows of `ids` (in that order), fetched from the Lance dataset `ds` in chunks."
-    for s in range(0, len(ids), chunk):
-        part = ids[s:s + chunk]
-        got = {r['id']: r for r in ds.to_table(columns=columns, filter=sql_in('id', part)).to_pylist()}
-        yield from (got[i] for i in part)
+def _rows(ds, rows:pa.Table, columns:list, chunk:int=256):
+    "The rows `rows` names (`id`, and `_pos` when known), in that order, fetched from the Lance dataset `ds` in chunks."
+    for s in range(0, len(rows), chunk):
+        part = rows.slice(s, chunk)
+        ids = part['id'].to_pylist()
+        if '_pos' not in part.column_names:  # ids alone: found by a filter (a scan of the id column per chunk)
+            got = {r['id']: r for r in ds.to_table(columns=columns, filter=sql_in('id', ids)).to_pylist()}
+            yield from (got[i] for i in ids)
+            continue
+        got = ds.take(part['_pos'].combine_chunks(), columns=columns).to_pylist()  # by position: no scan
+        if (bad := next((i for i, r in zip(ids, got) if r['id'] != i), None)) is not None:
+            raise RuntimeError(f'{bad}: not at its planned position in {ds.uri} (version {ds.version}); '
+                               'plan and write from the same version of the table')
+        yield from got
+
+def _as_rows(rows)->pa.Table:
+    "A part's or bucket's rows as a table with `id`: a plan's table as it is, a list of ids as one column."
+    return rows if isinstance(rows, pa.Table) else pa.table({'id': pa.array(list(rows), pa.string())})
 
 # %% ../nbs/07_mds.ipynb #d82fc13f
 _REJECTED = pa.schema([('id', pa.string()), ('status', pa.string()), ('reason', pa.string())])
@@ -86,25 +110,25 @@ def _done_part(part:Path, digest:str)->dict|None:
 # %% ../nbs/07_mds.ipynb #ec30e0b7
 def write_part(ds, # the Lance dataset (at the version being written)
                key:str, # 'tier/WxH': every row must bucket there
-               ids:list, # the rows of this part, in order
+               rows:pa.Table|list, # the rows of this part, in order: a plan's table (`id`, `_pos`) or a list of ids
                *,
                part:Path, # the part's folder (complete or absent)
                bucketer:Bucketer, # tiers, buckets and encoding
                caption_column:str, # the caption written into the samples
                shard_bytes:int=128 << 20, # MDS shard size limit
               )->dict:
-    "Bucket and encode rows `ids` into one MDS dataset at `part`; a finished part is reused."
+    "Bucket and encode `rows` into one MDS dataset at `part`; a finished part is reused."
     from streaming import MDSWriter
-    schema, man, rej = _manifest_schema(ds), [], []
+    schema, man, rej, rows = _manifest_schema(ds), [], [], _as_rows(rows)
     how = (f'{caption_column}|{",".join(schema.names)}|q{bucketer.quality}|planar={bucketer.planar}'
            f'|oversample={bucketer.oversample}')
-    digest = _ids_digest([how, *ids])  # reused only for the same rows, written the same way
+    digest = _ids_digest([how, *rows['id'].to_pylist()])  # reused only for the same rows, written the same way
     if (info := _done_part(part, digest)) is not None: return info
     tmp = part.with_name(part.name + '.partial')
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     with MDSWriter(out=str(tmp), columns=MDS_COLUMNS, size_limit=shard_bytes, hashes=['sha1']) as w:
-        for r in _rows(ds, ids, ['id', 'image', 'uri', 'nbytes', caption_column] + schema.names[5:]):
+        for r in _rows(ds, rows, ['id', 'image', 'uri', 'nbytes', caption_column] + schema.names[5:]):
             data, err = image_bytes(r)
             b = bucketer(data) if data is not None else None
             if data is None: why = ('unreadable', err)
@@ -247,7 +271,7 @@ def _complete(final:Path)->BucketWrite|None:
     return BucketWrite(m['bucket'], written=m['samples'], rejected=Counter(m.get('rejected', {})),
                        shards=m['shards'], skipped_complete=True)
 
-def _chunks(ids:list, n:int)->list: return [ids[i:i + n] for i in range(0, len(ids), n)] or [[]]
+def _chunks(rows:pa.Table, n:int)->list: return [rows.slice(i, n) for i in range(0, len(rows), n)] or [rows]
 
 def _bucket_meta(ds, key:str, *, bucketer:Bucketer, caption_column:str, shard_bytes:int)->dict:
     return dict(made_by='prx_nb.mds.write_bucket', bucket=key, table=ds.uri, lance_version=ds.version,
@@ -255,24 +279,23 @@ def _bucket_meta(ds, key:str, *, bucketer:Bucketer, caption_column:str, shard_by
 
 def _parts_dir(out:Path, key:str)->Path: return out / (key + '.parts')
 
-def _unwritten(final:Path, ids:list)->list:
-    "The planned `ids` a finished bucket holds neither as a sample nor as a rejected row."
-    have = set(pq.read_table(final / 'manifest.parquet', columns=['id'])['id'].to_pylist())
-    have |= set(pq.read_table(final / 'rejected.parquet', columns=['id'])['id'].to_pylist())
-    return [i for i in ids if i not in have]
+def _unwritten(final:Path, rows:pa.Table)->pa.Table:
+    "The planned `rows` a finished bucket holds neither as a sample nor as a rejected row."
+    have = pa.concat_tables([pq.read_table(final / f, columns=['id']) for f in ('manifest.parquet', 'rejected.parquet')])['id']
+    return rows.filter(pc.invert(pc.is_in(rows['id'], value_set=have.combine_chunks())))
 
-def _bucket_parts(out:Path, key:str, ids:list, *, part_rows:int, done:BucketWrite|None)->list:
-    "(part folder, its ids) still to write for bucket `key`: every row of a new bucket, the rows a finished one (`done`) lacks."
+def _bucket_parts(out:Path, key:str, rows:pa.Table, *, part_rows:int, done:BucketWrite|None)->list:
+    "(part folder, its rows) still to write for bucket `key`: every row of a new bucket, the rows a finished one (`done`) lacks."
     prefix = 'part'
     if done is not None:
-        ids = _unwritten(out / key, ids)
-        if not ids: return []
-        prefix = f'add.{_ids_digest(ids)[:12]}'  # the same rows to add: the same parts, so a killed append resumes
-    return [(_parts_dir(out, key) / f'{prefix}.{n:05d}', c) for n, c in enumerate(_chunks(ids, part_rows))]
+        rows = _unwritten(out / key, rows)
+        if not len(rows): return []
+        prefix = f'add.{_ids_digest(rows["id"].to_pylist())[:12]}'  # the same rows to add: the same parts, so a killed append resumes
+    return [(_parts_dir(out, key) / f'{prefix}.{n:05d}', c) for n, c in enumerate(_chunks(rows, part_rows))]
 
 def write_bucket(ds, # the Lance dataset (at the version being written)
                  key:str, # 'tier/WxH'
-                 ids:list, # the rows planned for this bucket
+                 rows:pa.Table|list, # the rows planned for this bucket: a plan's table (`id`, `_pos`) or a list of ids
                  *,
                  out:Path, # root of the MDS tree
                  bucketer:Bucketer, # tiers, buckets and encoding
@@ -285,7 +308,7 @@ def write_bucket(ds, # the Lance dataset (at the version being written)
     tmp = final.with_name(final.name + '.partial')
     if not final.exists() and (tmp / 'bucket.json').exists(): tmp.rename(final)  # a merge killed between its two renames
     done = _complete(final)
-    todo = _bucket_parts(out, key, ids, part_rows=part_rows, done=done)
+    todo = _bucket_parts(out, key, _as_rows(rows), part_rows=part_rows, done=done)
     if done is not None and not todo: return done
     kept = _skips_by_id(final) if final.exists() else {}  # skip lists stay: of a bucket grown, or one that lost its bucket.json
     how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)
@@ -375,16 +398,18 @@ class MDSWrite:
 
 # %% ../nbs/07_mds.ipynb #a2f04c3b
 def _ray_part(row:dict, *, table:str, version:int, out:str, how:dict)->dict:
-    "Ray Data UDF: write one part (`row`: key, path, ids) from the table at `version`."
+    "Ray Data UDF: write one part (`row`: key, path, ids and their positions) from the table at `version`."
     import lance
     ds = lance.dataset(table, version=version)
-    info = write_part(ds, row['key'], [str(i) for i in row['ids']], part=Path(out) / row['path'], **how)
+    rows = pa.table({'id': pa.array([str(i) for i in row['ids']], pa.string()), '_pos': pa.array(row['pos'], pa.int64())})
+    info = write_part(ds, row['key'], rows, part=Path(out) / row['path'], **how)
     return dict(key=row['key'], path=row['path'], written=info['written'])
 
 def _ray_parts(ds, plan:dict, out:Path, *, how:dict, part_rows:int, engine:Engine):
     "Write every unfinished part of `plan` on Ray Data workers, several buckets and parts at once."
-    items = [dict(key=k, path=str(p.relative_to(out)), ids=c) for k, ids in plan.items()
-             for p, c in _bucket_parts(out, k, ids, part_rows=part_rows, done=_complete(out / k))]  # appended rows too
+    items = [dict(key=k, path=str(p.relative_to(out)), ids=c['id'].to_pylist(), pos=c['_pos'].to_pylist())
+             for k, rows in plan.items()
+             for p, c in _bucket_parts(out, k, rows, part_rows=part_rows, done=_complete(out / k))]  # appended rows too
     if not items: return
     ray = engine.start()
     kw = dict(table=ds.uri, version=ds.version, out=str(out), how=how)
@@ -412,14 +437,17 @@ def write_mds(table:str, # the Lance table
     clean_leftovers(out)
     excl = read_optouts(out) | read_ledger(table)  # the ledger travels with the table: a new tree honours it
     if excl: write_record(out, excl, table=str(table))
-    plan = {k: [i for i in ids if i not in excl] for k, ids in plan_buckets(table, bucketer, where).items()}
-    plan = {k: v for k, v in plan.items() if v}
+    plan = plan_buckets(table, bucketer, where)
+    if excl:
+        gone = pa.array(sorted(excl), pa.string())
+        plan = {k: t.filter(pc.invert(pc.is_in(t['id'], value_set=gone))) for k, t in plan.items()}
+    plan = {k: t for k, t in plan.items() if len(t)}
     n_ok = ds.count_rows("status = 'ok'" + (f' AND ({where})' if where else ''))
     how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)
     if engine.is_ray: _ray_parts(ds, plan, out, how=how, part_rows=part_rows, engine=engine)
     res = {k: write_bucket(ds, k, ids, out=out, part_rows=part_rows, **how)
            for k, ids in tqdm(plan.items(), desc='buckets', unit='bucket', disable=not progress)}
-    opted = len(excl & set(ds.to_table(columns=['id'])['id'].to_pylist())) if excl else 0
+    opted = sum(pc.sum(pc.is_in(b['id'], value_set=gone)).as_py() or 0 for b in ds.to_batches(columns=['id'])) if excl else 0
     unbucketed = n_ok - opted - sum(map(len, plan.values()))
     return MDSWrite(out, lance_version=ds.version, buckets=res, unbucketed=unbucketed)
 

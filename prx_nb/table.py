@@ -12,9 +12,9 @@ from tqdm.auto import tqdm
 from .core import call_parse, Engine, as_engine
 
 # %% auto #0
-__all__ = ['HTTP_TRIES', 'HTTP_TIMEOUT', 'open_table', 'sql_str', 'sql_in', 'read_path', 'image_bytes', 'commit_updates',
-           'add_columns', 'write_back', 'ColumnFill', 'fill_column', 'FragmentHealth', 'fragment_health',
-           'check_fragments', 'compact', 'prx_compact']
+__all__ = ['HTTP_TRIES', 'HTTP_TIMEOUT', 'IMAGE_SCAN', 'open_table', 'sql_str', 'sql_in', 'read_path', 'image_bytes', 'detach',
+           'commit_updates', 'add_columns', 'write_back', 'ColumnFill', 'fill_column', 'FragmentHealth',
+           'fragment_health', 'check_fragments', 'compact', 'prx_compact']
 
 # %% ../nbs/00c_table.ipynb #72ea3b80
 _SESSIONS = {}
@@ -79,6 +79,16 @@ def image_bytes(r:dict, # a row with `image` and `uri` (either may be null)
     "(bytes, '') of a row's image, or (None, reason)."
     if r.get('image') is not None: return r['image'], ''
     return read_path(r['uri']) if r.get('uri') else (None, 'row has neither image bytes nor a uri')
+
+# scan options for image columns: bounded read-ahead and batches (a filter is applied before the bytes are read,
+# not by fetching them row by row afterwards, which buffers far more)
+IMAGE_SCAN = dict(batch_readahead=2, io_buffer_size=64 << 20, batch_size_bytes=32 << 20, late_materialization=False)
+
+def detach(a:pa.Array|pa.ChunkedArray, # a column of a scanned batch
+          )->pa.Array:
+    "A copy of `a` that owns its buffers: keeping it does not keep the whole scanned batch (image bytes and all) alive."
+    chunks = a.chunks if isinstance(a, pa.ChunkedArray) else [a]
+    return pa.concat_arrays(chunks) if chunks else pa.array([], a.type)
 
 # %% ../nbs/00c_table.ipynb #e1c3c823
 def _commit_columns(table:str, ds, parts:list):
@@ -151,13 +161,13 @@ def _fill_fragment(frag, spec:_Fill):
     "Fill `spec.column` in `frag`; None when no row matches."
     ids, vals = [], []
     batches = frag.to_batches(columns=spec.read_columns, filter=spec.flt, with_row_id=True,
-                              batch_size=spec.batch_size)
+                              batch_size=spec.batch_size, **IMAGE_SCAN)
     for b in batches:
         out = spec.fn(b)
         if len(out) != b.num_rows:
             raise ValueError(f'{getattr(spec.fn, "__name__", spec.fn)} returned {len(out)} values '
                              f'for {b.num_rows} rows')
-        ids.append(b.column('_rowid'))
+        ids.append(detach(b.column('_rowid')))
         vals.append(out.cast(spec.dtype) if isinstance(out, pa.Array) else pa.array(out, spec.dtype))
     if not ids: return None
     return frag.fragment_id, pa.table({'_rowid': pa.chunked_array(ids, pa.uint64()),

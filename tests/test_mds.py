@@ -38,9 +38,9 @@ def test_killed_write_resumes_without_duplicates_or_loss(tmp_path, demo):
     assert r.stdout.count('(already complete)') == len(done_before)
     got = tree_ids(out, stock=True)
     assert sorted(got) == sorted(plan)
-    for k, ids in plan.items():
+    for k, rows in plan.items():
         rejected = pq.read_table(out / k / 'rejected.parquet')['id'].to_pylist()
-        assert sorted(got[k] + rejected) == ids, k  # every planned row is a sample or a recorded rejection, once
+        assert sorted(got[k] + rejected) == rows['id'].to_pylist(), k  # every planned row is a sample or a recorded rejection, once
     assert not list(out.glob('*/*.partial'))
 
 
