@@ -45,9 +45,12 @@ def plan_buckets(table:str, # the Lance table
     for s in sizes.tolist():
         tier, b, _ = bucketer.assign(s >> 32, s & 0xFFFFFFFF)
         keys.append(f'{tier}/{b[0]}x{b[1]}' if tier else '')
-    key_of_row = np.array(keys, dtype=object)[of_row] if len(t) else np.array([], object)
-    rows = t.select(['id', '_pos'])
-    return {k: rows.filter(pa.array(key_of_row == k)).sort_by('id') for k in sorted(set(keys) - {''})}
+    names = sorted(set(keys) - {''})
+    code = np.array([names.index(k) if k else -1 for k in keys], np.int32)[of_row.ravel()]  # bucket per row (-1: none)
+    rows = t.select(['id', '_pos']).append_column('_b', pa.array(code)).filter(pa.array(code >= 0))
+    rows = rows.sort_by([('_b', 'ascending'), ('id', 'ascending')])  # one sort: bucket, then id
+    ends = np.cumsum(np.bincount(rows['_b'].to_numpy(), minlength=len(names)))
+    return {k: rows.slice(e - n, n).drop_columns(['_b']) for k, e, n in zip(names, ends, np.diff(ends, prepend=0))}
 
 # %% ../nbs/07_mds.ipynb #6317d4d8
 def _rows(ds, rows:pa.Table, columns:list, chunk:int=256):
