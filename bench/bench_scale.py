@@ -11,7 +11,7 @@ Usage: python bench/bench_scale.py [--sizes 10000 30000 100000] [--engines local
 """
 import json, resource, shutil, subprocess, sys, time
 from pathlib import Path
-from common import record, parser
+from common import record, parser, RESULTS
 from make_corpus import write, sources
 from prx_nb.pipeline import config_text
 
@@ -35,7 +35,8 @@ def run(n:int, engine:str, work:Path)->dict:
     peak = int(next(l.split()[1] for l in r.stdout.splitlines() if l.startswith('PEAK_KB')))
     s = json.loads((out / 'summary.json').read_text())
     stages = {x['name']: dict(seconds=round(x['seconds'], 2), rows_in=x['rows_in'], per_s=x['per_s'],
-                               ms_per_image=round(1000 * x['seconds'] / n, 3)) for x in s['stages'] if x['status'] == 'ran'}
+                               ms_per_image=round(1000 * x['seconds'] / n, 3), peak_rss_mb=x.get('peak_rss_mb'))
+              for x in s['stages'] if x['status'] == 'ran'}
     res = dict(images=n, engine=engine, wall_s=round(wall, 1), ms_per_image=round(1000 * wall / n, 2), peak_rss_mb=round(peak / 1024),
                samples=next(x['rows_out'] for x in s['stages'] if x['name'] == 'mds'), stages=stages)
     print(f"{n:>7} {engine:5}: {wall:7.0f} s, {res['ms_per_image']} ms/image, peak RSS {res['peak_rss_mb']} MB; "
@@ -44,9 +45,14 @@ def run(n:int, engine:str, work:Path)->dict:
     return res
 
 
-def main(sizes, engines, work):
+def main(sizes, engines, work, keep=False):
     work.mkdir(parents=True, exist_ok=True)
     runs = [run(n, e, work) for n in sizes for e in engines]
+    if keep and (old := RESULTS / 'scale.json').exists():  # the other sizes' runs of the last record stay
+        redone = {(r['images'], r['engine']) for r in runs}
+        runs += [r for r in json.loads(old.read_text())['runs'] if (r['images'], r['engine']) not in redone]
+        runs.sort(key=lambda r: (r['images'], r['engine']))
+        sizes, engines = sorted({r['images'] for r in runs}), sorted({r['engine'] for r in runs})
     flat = {}
     for e in engines:
         per = [r['ms_per_image'] for r in runs if r['engine'] == e]
@@ -61,5 +67,6 @@ if __name__ == '__main__':
     p.add_argument('--sizes', type=int, nargs='+', default=[10_000, 30_000, 100_000])
     p.add_argument('--engines', nargs='+', default=['local', 'ray'])
     p.add_argument('--work', default='bench_out/scale', help='corpora and runs (large: about 250 KB per image)')
+    p.add_argument('--keep', action='store_true', help="keep the last record's runs of the sizes and engines not run now")
     a = p.parse_args()
-    main(a.sizes, a.engines, Path(a.work))
+    main(a.sizes, a.engines, Path(a.work), keep=a.keep)
