@@ -18,7 +18,7 @@ interpreter with prx_nb imported is reported too):
 
 Usage: python bench/bench_control.py [--rows 10000000] [--work DIR] [--steps ...]
 """
-import json, resource, shutil, subprocess, sys, time
+import json, shutil, subprocess, sys, time
 from pathlib import Path
 import numpy as np, pyarrow as pa
 from common import record, parser
@@ -28,7 +28,10 @@ SIZES = [(640, 480), (800, 600), (1024, 768), (1280, 720), (1920, 1080), (1080, 
          (3000, 2000), (4000, 3000), (4032, 3024), (6000, 4000), (500, 375), (1200, 800), (1600, 1200), (2560, 1440)]
 
 
-def peak_mb(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+def peak_mb()->int:
+    "This process's peak RSS in MB (VmHWM: its own, unlike `ru_maxrss`, which keeps the parent's peak across fork and exec)."
+    line = next(l for l in open('/proc/self/status') if l.startswith('VmHWM:'))
+    return int(line.split()[1]) // 1024
 
 
 def make_table(path:Path, n:int, seed:int=0):
