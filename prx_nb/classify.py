@@ -8,7 +8,7 @@ import hashlib, math, time
 from dataclasses import dataclass, asdict, field
 from importlib.resources import files
 from pathlib import Path
-import numpy as np, pandas as pd, pyarrow as pa, pyarrow.parquet as pq
+import numpy as np, pandas as pd, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from fastcore.basics import patch
 from tqdm.auto import tqdm
 from .core import call_parse
@@ -548,20 +548,24 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
     labels = tuple(map(check_label, labels))  # one label is enough here: each is a skip-list reason
     if not 0 <= min_score <= 1: raise ValueError(f'min_score must be in [0, 1], got {min_score}')
     flagged, unscored, unlabelled = _flagged(table, label_column, labels=labels, min_score=min_score)
+    fl_ids, fl_lab = pa.array(list(flagged), pa.string()), pa.array(list(flagged.values()), pa.string())
+    uns, unl = (pa.array(sorted(s), pa.string()) for s in (unscored, unlabelled))
+    count = lambda ids, of: pc.sum(pc.is_in(ids, value_set=of)).as_py() or 0
     rows, made_by, n_unscored = [], 'prx_nb.classify.filter_tree', 0
     for b in tqdm(list(iter_buckets(root)), desc='filter', unit='bucket', disable=not progress):
         if problems := check_bucket(b): refuse_damaged(problems, 'filter')
-        man = pq.read_table(b / 'manifest.parquet', columns=['id', 'shard', 'index']).to_pylist()
+        man = pq.read_table(b / 'manifest.parquet', columns=['id', 'shard', 'index'])
+        at = pc.index_in(man['id'], value_set=fl_ids)  # only flagged samples reach Python
+        hit = man.filter(pc.is_valid(at)).append_column('label', fl_lab.take(at.drop_null()))
         per = {l: {} for l in labels}
-        for m in man:
-            if (l := flagged.get(m['id'])): per[l].setdefault(m['shard'], []).append(m['index'])
+        for s, i, l in zip(*(hit[c].to_pylist() for c in ('shard', 'index', 'label'))): per[l].setdefault(s, []).append(i)
         for l in labels:
             for shard in sorted(set(read_skips(b, [l])) | set(per[l])):
                 set_skips(b, shard, l, indices=per[l].get(shard, []), made_by=made_by)
         n = {l: sum(map(len, per[l].values())) for l in labels}
-        n_unscored += sum(m['id'] in unscored for m in man)
-        rows.append(dict(tier=int(b.parent.name), bucket=bucket_key(b), samples=len(man),
-                         unlabelled=sum(m['id'] in unlabelled for m in man), **n, skipped=sum(n.values())))
+        n_unscored += count(man['id'], uns)
+        rows.append(dict(tier=int(b.parent.name), bucket=bucket_key(b), samples=man.num_rows,
+                         unlabelled=count(man['id'], unl), **n, skipped=sum(n.values())))
     df = pd.DataFrame(rows, columns=['tier', 'bucket', 'samples', 'unlabelled', *labels, 'skipped'])
     df['share'] = (df.skipped / df.samples.clip(lower=1)).round(4)
     return TreeFilter(label_column, labels, min_score=min_score, buckets=df, unscored=n_unscored)

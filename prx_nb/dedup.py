@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
-import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from .core import call_parse
 from .phash import phash, hamming, add_phash
@@ -107,8 +107,8 @@ def _phash_columns(t:pa.Table)->pa.Table:
     "`t` with `phash` and `phash_from` columns, null where it had none."
     if 'phash' not in t.column_names: t = t.append_column('phash', pa.nulls(t.num_rows, pa.int64()))
     if 'phash_from' not in t.column_names:
-        src = ['source' if v is not None else None for v in t['phash'].to_pylist()]
-        t = t.append_column('phash_from', pa.array(src, pa.string()))
+        src = pc.if_else(pc.is_valid(t['phash']), pa.scalar('source'), pa.scalar(None, pa.string()))
+        t = t.append_column('phash_from', src)
     return t
 
 # %% ../nbs/08_dedup.ipynb #0d1240a8
@@ -152,7 +152,7 @@ def tree_fingerprints(root:str|Path, # the MDS tree
         if problems := check_bucket(b): refuse_damaged(problems, 'dedup')  # a missing manifest is never passed over
         man = b / 'manifest.parquet'
         t = _phash_columns(pq.read_table(man))
-        need = [i for i, p in zip(t['id'].to_pylist(), t['phash'].to_pylist()) if p is None]
+        need = t.filter(pc.is_null(t['phash']))['id'].to_pylist()
         if need:
             if table and source is None: source = _table_phashes(table)  # once for the whole tree
             if table: got = {i: source.get(i, (None, f'{i} is not in {table}')) for i in need}
@@ -174,7 +174,7 @@ def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
                progress:bool=True, # show a progress bar over the buckets
               )->TreeDedup:
     "Keep one sample per fingerprint across the tree; skip the rest."
-    import pyarrow.compute as pc, warnings
+    import warnings
     root = Path(root)
     t, computed, missing = tree_fingerprints(root, table, progress)
     res = TreeDedup(t.num_rows, computed, no_fingerprint=missing)
@@ -188,7 +188,7 @@ def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
     nbytes = np.asarray(v['src_nbytes'].fill_null(0), np.int64)
     rank = np.asarray(pc.rank(v['id'], 'ascending', tiebreaker='first'))
     opted = read_optouts(root)
-    blocked = np.array([i in opted for i in v['id'].to_pylist()], bool)
+    blocked = pc.is_in(v['id'], value_set=pa.array(sorted(opted), pa.string())).to_numpy(zero_copy_only=False)
     keep, groups = dedup_keep(np.asarray(v['phash'], np.int64), px, nbytes, rank=rank, radius=radius, blocked=blocked)
     res.groups = int((np.bincount(groups) > 1).sum())
     drop, lists = v.filter(pa.array(~keep)), {}

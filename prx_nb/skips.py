@@ -6,7 +6,7 @@
 from __future__ import annotations
 import contextlib, fcntl, json, os, re, time, warnings
 from pathlib import Path
-import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from fastcore.basics import patch
 from streaming import StreamingDataset
 from tqdm.auto import tqdm
@@ -113,9 +113,10 @@ def optout_indices(bucket:Path, # a bucket folder of a tree
     if not man.exists():
         raise ValueError(f'{man} is missing: the opt-outs of this bucket cannot be verified, so it is not served; '
                          'restore it or rewrite the bucket')
+    m = pq.read_table(man, columns=['id', 'shard', 'index'])
+    m = m.filter(pc.is_in(m['id'], value_set=pa.array(list(opted), pa.string())))  # only opted-out samples reach Python
     out = {}
-    for r in pq.read_table(man, columns=['id', 'shard', 'index']).to_pylist():
-        if r['id'] in opted: out.setdefault(r['shard'], set()).add(r['index'])
+    for s, i in zip(m['shard'].to_pylist(), m['index'].to_pylist()): out.setdefault(s, set()).add(i)
     return out
 
 # %% ../nbs/07a_skips.ipynb #c0ffee21

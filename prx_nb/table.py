@@ -157,10 +157,11 @@ class _Fill:
     batch_size: int # rows per `fn` call
 
 # %% ../nbs/00c_table.ipynb #8789409f
-def _fill_fragment(frag, spec:_Fill):
-    "Fill `spec.column` in `frag`; None when no row matches."
+def _fill_fragment(frag, spec:_Fill, span:tuple|None=None):
+    "Fill `spec.column` in `frag` (only the matching rows `span` = (offset, limit) when given); None when no row matches."
     ids, vals = [], []
-    batches = frag.to_batches(columns=spec.read_columns, filter=spec.flt, with_row_id=True,
+    offset, limit = span or (None, None)
+    batches = frag.to_batches(columns=spec.read_columns, filter=spec.flt, with_row_id=True, offset=offset, limit=limit,
                               batch_size=spec.batch_size, **IMAGE_SCAN)
     for b in batches:
         out = spec.fn(b)
@@ -175,19 +176,29 @@ def _fill_fragment(frag, spec:_Fill):
 
 # %% ../nbs/00c_table.ipynb #ffdd97fb
 def _ray_fill(row:dict, table:str, version:int, spec:_Fill)->dict:
-    "Ray Data UDF: fill fragment `row['fragment']` of `table` at `version`."
+    "Ray Data UDF: fill fragment `row['fragment']` of `table` at `version` (its matching rows `offset` to `offset + limit` when given)."
     import lance, pickle
-    r = _fill_fragment(lance.dataset(table, version=version).get_fragment(int(row['fragment'])), spec)
-    return dict(fragment=row['fragment'], meta=pickle.dumps(r[1]) if r else b'', rows=r[1].num_rows if r else 0)
+    span = (int(row['offset']), int(row['limit'])) if row.get('limit') else None
+    r = _fill_fragment(lance.dataset(table, version=version).get_fragment(int(row['fragment'])), spec, span)
+    return dict(fragment=row['fragment'], offset=row.get('offset', 0), meta=pickle.dumps(r[1]) if r else b'',
+                rows=r[1].num_rows if r else 0)
 
 # %% ../nbs/00c_table.ipynb #a3fe2fee
-def _ray_wave(table:str, version:int, wave:list, spec:_Fill)->list:
-    "(fragment id, values) of the fragments of `wave`, computed by Ray workers."
+def _ray_wave(table:str, version:int, wave:list, spec:_Fill, workers:int=1)->list:
+    "(fragment id, values) of the fragments of `wave` ((fragment, matching rows) pairs), computed by Ray workers; a wave of fewer fragments than `workers` is cut into row spans."
     import pickle, ray
-    frags = [dict(fragment=f.fragment_id) for f, _ in wave]
-    items = ray.data.from_items(frags, override_num_blocks=len(wave))
-    out = items.map(_ray_fill, fn_kwargs=dict(table=table, version=version, spec=spec)).take_all()
-    return [(int(o['fragment']), pickle.loads(o['meta'])) for o in out if o['rows']]
+    cut = max(1, workers // max(len(wave), 1))  # spans per fragment: every worker busy even with one big fragment
+    items = []
+    for f, n in wave:
+        step = -(-n // cut) if cut > 1 and n > 1 else 0  # 0: the whole fragment in one task
+        items += [dict(fragment=f.fragment_id, offset=o, limit=step) for o in range(0, n, step)] if step else \
+                 [dict(fragment=f.fragment_id, offset=0, limit=0)]
+    out = ray.data.from_items(items, override_num_blocks=len(items)).map(
+        _ray_fill, fn_kwargs=dict(table=table, version=version, spec=spec)).take_all()
+    got = {}
+    for o in sorted(out, key=lambda o: (int(o['fragment']), int(o['offset']))):  # a fragment's spans in row order
+        if o['rows']: got.setdefault(int(o['fragment']), []).append(pickle.loads(o['meta']))
+    return [(fid, pa.concat_tables(ts)) for fid, ts in got.items()]
 
 # %% ../nbs/00c_table.ipynb #7a30396b
 @dataclass
@@ -223,7 +234,7 @@ def fill_column(table:str, # the Lance table
     res = ColumnFill(column)
     with tqdm(total=sum(n for _, n in todo), desc=column, unit='row', disable=not progress) as bar:
         for wave in (todo[i:i + k] for i in range(0, len(todo), k)):
-            if engine.is_ray: parts = _ray_wave(table, ds.version, wave, spec=spec)
+            if engine.is_ray: parts = _ray_wave(table, ds.version, wave, spec=spec, workers=max(engine.workers or 2, 1))
             else: parts = [p for f, _ in wave if (p := _fill_fragment(f, spec)) is not None]
             if parts:
                 ds = commit_updates(table, ds, parts)  # another writer's commit meanwhile: rewritten and retried
