@@ -188,8 +188,14 @@ class StageRun:
     rows_out: int|None = None # rows (or samples) it passed on
     reasons: dict = field(default_factory=dict) # reason -> rows it did not pass on, or that it recorded
     outputs: dict = field(default_factory=dict) # what it wrote, where
+    peak_rss_mb: int|None = None # the run's peak memory so far when the stage ended (the stage where it rises made it)
     @property
     def per_s(self)->float|None: return round(self.rows_in / self.seconds, 1) if self.rows_in and self.seconds else None
+
+def _peak_rss_mb()->int|None:
+    "This process's peak resident memory in MB (Linux: `VmHWM`), or None where it cannot be read."
+    try: return int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1]) // 1024
+    except (OSError, StopIteration, ValueError): return None
 
 # %% ../nbs/09_pipeline.ipynb #d764d3e6
 class RunState:
@@ -340,9 +346,10 @@ class RunSummary:
     seconds: float = 0.0 # wall time of the whole run
     def stage(self, name:str)->StageRun|None: return next((s for s in self.stages if s.name == name), None)
     def frame(self)->pd.DataFrame:
-        "One row per stage: status, seconds, rows in and out, rows/s, reasons."
+        "One row per stage: status, seconds, rows in and out, rows/s, peak memory (MB), reasons."
         return pd.DataFrame([dict(stage=s.name, status=s.status, seconds=round(s.seconds, 2), rows_in=s.rows_in,
-                                  rows_out=s.rows_out, per_s=s.per_s, reasons=s.reasons or '') for s in self.stages]).set_index('stage')
+                                  rows_out=s.rows_out, per_s=s.per_s, peak_rss_mb=s.peak_rss_mb, reasons=s.reasons or '')
+                             for s in self.stages]).set_index('stage')
 
 # %% ../nbs/09_pipeline.ipynb #5c6f9964
 def _move_aside_if_changed(state:RunState, key:str, tree:Path)->str|None:
@@ -385,7 +392,7 @@ def run_pipeline(config:str|Path|dict, # a TOML file, or a configuration dict
             if not isinstance(e, OSError) and 'No space left' not in str(e): raise
             raise OSError(getattr(e, 'errno', None), f"{getattr(e, 'strerror', None) or e} (stage {name})",
                           str(getattr(e, 'filename', None) or _output(name, p))) from None
-        r.seconds = time.perf_counter() - t
+        r.seconds, r.peak_rss_mb = time.perf_counter() - t, _peak_rss_mb()
         state.record(name, key, r, **extra)
         ran = True
         runs.append(r)
