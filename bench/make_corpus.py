@@ -88,7 +88,7 @@ def render(entry:tuple, seed:int)->tuple:
 
 def write(n:int, out:Path, seed:int=0, workers:int=2):
     "Make the corpus in `out`: folder/, parquet/, wds/, meta/ (+ files/ the metadata table points at), truth.json."
-    out = Path(out)
+    out = Path(out).resolve()  # the metadata table records absolute locations: it is read from anywhere
     for s in SHAPES: (out / s).mkdir(parents=True, exist_ok=True)
     (out / 'files').mkdir(exist_ok=True)
     entries = plan(n, seed)
