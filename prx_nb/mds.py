@@ -46,7 +46,8 @@ def plan_buckets(table:str, # the Lance table
         tier, b, _ = bucketer.assign(s >> 32, s & 0xFFFFFFFF)
         keys.append(f'{tier}/{b[0]}x{b[1]}' if tier else '')
     names = sorted(set(keys) - {''})
-    code = np.array([names.index(k) if k else -1 for k in keys], np.int32)[of_row.ravel()]  # bucket per row (-1: none)
+    at = {k: n for n, k in enumerate(names)}
+    code = np.array([at.get(k, -1) for k in keys], np.int32)[of_row.ravel()]  # bucket per row (-1: none)
     rows = t.select(['id', '_pos']).append_column('_b', pa.array(code)).filter(pa.array(code >= 0))
     rows = rows.sort_by([('_b', 'ascending'), ('id', 'ascending')])  # one sort: bucket, then id
     ends = np.cumsum(np.bincount(rows['_b'].to_numpy(), minlength=len(names)))
