@@ -1,7 +1,8 @@
 """Execute notebooks in place so they are committed with their outputs: `python tools/run_nbs.py [NB ...]` (default:
 every notebook under nbs/). Every cell runs, `#| slow` ones included, except `#| gpu` and `#| eval: false` cells and
-the export cell, which keep what they hold. Stops at the first error, naming the notebook and cell. Run
-`nbdev_clean` afterwards (`./dev test` checks that it leaves no diff)."""
+the export cell, which keep what they hold. Progress bars keep their last state. Stops at the first error, naming the
+notebook and cell. `./dev nbs` runs it over every notebook with `PRX_FULL=1` (the analyses' full runs), then
+`nbdev_clean` and the output check (`tools/check_nbs.py`)."""
 import os, re, sys, time
 from pathlib import Path
 from execnb.nbio import read_nb, write_nb
@@ -20,6 +21,16 @@ def _skip(cell)->bool:
     return any(re.match(r'#\|\s*(gpu\b|eval:\s*false)', l) for l in head)
 
 
+def tidy(nb):
+    "Progress bars redraw a line with carriage returns; keep each line's last state, as a terminal shows it."
+    for c in nb.cells:
+        for o in c.get('outputs', []):
+            if o.get('output_type') != 'stream': continue
+            text = ''.join(o['text']) if isinstance(o['text'], list) else o['text']
+            o['text'] = '\n'.join(l.rstrip('\r').rsplit('\r', 1)[-1] for l in text.split('\n'))
+    return nb
+
+
 def run(path:Path)->float:
     "Execute the notebook at `path` in its folder and write it back with its outputs; returns seconds."
     t0, nb, cwd = time.time(), read_nb(path), os.getcwd()
@@ -33,11 +44,14 @@ def run(path:Path)->float:
         sys.stderr.write(shell.prettytb(fname=path) + '\n')
         raise SystemExit(f'{path}: a cell failed (above); nothing was written')
     finally: os.chdir(cwd)
-    write_nb(nb, path)
+    write_nb(tidy(nb), path)
     return time.time() - t0
 
 
 if __name__ == '__main__':
+    if '--tidy' in sys.argv:                 # only tidy the stored outputs of the notebooks named
+        for p in sys.argv[2:]: write_nb(tidy(read_nb(p)), p)
+        raise SystemExit
     paths = [Path(p).resolve() for p in sys.argv[1:]] or sorted((ROOT / 'nbs').rglob('*.ipynb'))
     for p in paths:
         if '.ipynb_checkpoints' in p.parts: continue
