@@ -17,8 +17,8 @@ from .table import open_table, write_back, check_fragments, add_columns
 from .sources import Source, Task, parse_source, plan_source, read_items
 
 # %% auto #0
-__all__ = ['SCHEMA', 'META_COLUMNS', 'make_row', 'read_task', 'DiskFullError', 'existing_ids', 'existing_rows', 'IngestSummary',
-           'ingest', 'EmbeddingsJoin', 'attach_embeddings', 'print_summary', 'prx_ingest']
+__all__ = ['SCHEMA', 'META_COLUMNS', 'make_row', 'read_task', 'DiskFullError', 'existing_ids', 'existing_rows', 'EmbeddingsJoin',
+           'IngestSummary', 'ingest', 'attach_embeddings', 'print_summary', 'prx_ingest']
 
 # %% ../nbs/01_ingest.ipynb #b7381373
 SCHEMA = pa.schema([
@@ -142,6 +142,15 @@ def _widen(table:str, ds)->None:
 def _replace(table:str, rows:list, schema:pa.Schema)->None:
     "Replace the rows with these ids by `rows` (one commit)"
     if rows: open_table(table).merge_insert('id').when_matched_update_all().execute(pa.Table.from_batches([_conform(rows, schema)]))
+
+# %% ../nbs/01_ingest.ipynb #d8dbc41b
+@dataclass
+class EmbeddingsJoin:
+    "What `attach_embeddings` did"
+    written: int # vectors written
+    already_present: int # rows that had a vector already (kept)
+    unmatched: int # vectors whose id the table does not have
+    dim: int # the vectors' length
 
 # %% ../nbs/01_ingest.ipynb #97fdb058
 @dataclass
@@ -313,15 +322,6 @@ def _vectors(path:str, column:str)->pa.Table:
     vec = pa.FixedSizeListArray.from_arrays(flat, dim)
     ids = t['id'].combine_chunks().filter(pc.is_valid(t[column]).combine_chunks())
     return pa.table({'id': ids, column: vec})
-
-# %% ../nbs/01_ingest.ipynb #d8dbc41b
-@dataclass
-class EmbeddingsJoin:
-    "What `attach_embeddings` did"
-    written: int # vectors written
-    already_present: int # rows that had a vector already (kept)
-    unmatched: int # vectors whose id the table does not have
-    dim: int # the vectors' length
 
 # %% ../nbs/01_ingest.ipynb #2969a202
 def attach_embeddings(table:str, # the Lance table

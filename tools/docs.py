@@ -125,8 +125,7 @@ def build(out:Path=ROOT / '_docs', proc:Path|None=None)->dict:
     proc = Path(proc) if proc else Path(proc_nbs(cfg.nbs_path, n_workers=2))
     pages = {nb: proc / nb for _, nbs in sidebar() for nb in nbs}
     shutil.rmtree(out, ignore_errors=True); out.mkdir(parents=True)
-    for d in ('images',):
-        if (NBS / d).exists(): shutil.copytree(NBS / d, out / d)
+    if (NBS / 'images').exists(): shutil.copytree(NBS / 'images', out / 'images')   # pictures the pages name by path
     shutil.copy(NBS / 'styles.css', out / 'styles.css')
     target, meta = {}, {}
     for nb_path, p in pages.items():
@@ -145,8 +144,7 @@ def build(out:Path=ROOT / '_docs', proc:Path|None=None)->dict:
         body = body.replace(f'href="{base}', f'href="{up}')                       # the site's own address -> relative
         def ipynb(m):                                                                # links between notebooks -> pages
             ref, frag = m.group(2), m.group(3) or ''
-            src = str((Path(nb_path).parent / ref)).replace('\\', '/')
-            src = str(Path(src)) if not src.startswith('..') else src
+            src = os.path.normpath(str(Path(nb_path).parent / ref))
             return f'{m.group(1)}="{up}{target[src]}{frag}"' if src in target else m.group(0)
         body = re.sub(r'(href)="(?!https?:)([^"#]+\.ipynb)(#[^"]*)?"', ipynb, body)
         nav = ''.join(f'<h4>{html.escape(s)}</h4>' + ''.join(

@@ -53,6 +53,9 @@ if __name__ == '__main__':
         for p in sys.argv[2:]: write_nb(tidy(read_nb(p)), p)
         raise SystemExit
     paths = [Path(p).resolve() for p in sys.argv[1:]] or sorted((ROOT / 'nbs').rglob('*.ipynb'))
-    for p in paths:
-        if '.ipynb_checkpoints' in p.parts: continue
-        print(f'{p.relative_to(ROOT)}: {run(p):.0f} s', flush=True)
+    paths = [p for p in paths if '.ipynb_checkpoints' not in p.parts]
+    if len(paths) == 1: print(f'{paths[0].relative_to(ROOT)}: {run(paths[0]):.0f} s', flush=True)
+    else:  # each notebook in a fresh process, as a reader runs it: nothing (open files, shared memory) carries over
+        import subprocess
+        for p in paths:
+            if subprocess.run([sys.executable, __file__, str(p)]).returncode: raise SystemExit(1)
