@@ -14,7 +14,7 @@ Goal (issue 3): >= 1.3x the peer's throughput.
 Usage: python bench/bench_bucket.py [--repeat N]
 """
 import io, json, math, subprocess
-import simplejpeg
+import numpy as np, simplejpeg
 from pathlib import Path
 from PIL import Image
 from common import timed, record, parser
@@ -46,7 +46,7 @@ def run_config(name, bucketer, files, repeat):
     floor, _ = timed(decode, repeat)
     planes, drafts = [], []                                                         # the outputs, as the encoder gets them
     for b in data:
-        r = bucketer(b); planes.append(simplejpeg.decode_jpeg_yuv_planes(r.jpeg))
+        r, px = bucketer.render(b); planes.append(tuple(np.ascontiguousarray(np.asarray(c)) for c in (px.y, px.cb, px.cr)))
         cw, ch = cover_size(r.src_width, r.src_height, r.width, bh=r.height)
         drafts.append((math.ceil(cw * bucketer.oversample), math.ceil(ch * bucketer.oversample)) if bucketer.oversample else None)
     def floor_io(reduced):
