@@ -167,7 +167,7 @@ def assign(self:Bucketer,
     if why[0]: return 0, None, str(why[0])
     return int(tier[0]), nearest_bucket(width, height, self.buckets[int(tier[0])]), ''
 
-# %% ../nbs/02_bucket.ipynb #a0e65cbe
+# %% ../nbs/02_bucket.ipynb #8c37c75c
 @patch
 def assign_many(self:Bucketer,
                 width, # displayed widths (array-like)
