@@ -6,7 +6,8 @@ resolutions and a random tail, 2% failed rows, fingerprints with 3% planted copi
 Each step then runs in its own process, which reports its wall time and its peak RSS (the baseline of an
 interpreter with prx_nb imported is reported too):
 
-- profile: `profile_frame` + `drop_table` (every row, through DuckDB)
+- profile: `write_report`, what `prx_run` does (histograms, drop table, the per-row `rows.parquet`), streamed in
+  batches of rows
 - plan: `plan_buckets` (the MDS writer's plan: ids and positions per bucket)
 - tree: an MDS tree of every planned row with 1-byte samples (the fixture: `MDSWriter` parts, then prx_nb's
   `merge_parts` for the bucket folders, manifests with fingerprints)
@@ -75,9 +76,9 @@ def step(name:str, work:Path)->dict:
     t = time.perf_counter()
     out = {}
     if name == 'profile':
-        from prx_nb.profile import profile_frame, drop_table
-        df = profile_frame(table); drop_table(df)
-        out['rows'] = len(df)
+        from prx_nb.profile import write_report
+        drops = write_report(table, work / 'profile')
+        out['rows'] = int(drops.loc['total', 'rows'])
     elif name == 'plan':
         from prx_nb.mds import plan_buckets
         plan = plan_buckets(table, Bucketer())

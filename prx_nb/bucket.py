@@ -167,6 +167,31 @@ def assign(self:Bucketer,
     if why[0]: return 0, None, str(why[0])
     return int(tier[0]), nearest_bucket(width, height, self.buckets[int(tier[0])]), ''
 
+# %% ../nbs/02_bucket.ipynb #8c37c75c
+@patch
+def assign_many(self:Bucketer,
+                width, # displayed widths (array-like)
+                height, # displayed heights (array-like)
+               )->tuple:
+    "(tier, bucket width, bucket height, reason) arrays: `assign` for every size; 0 and '' where a size is dropped"
+    w, h = np.asarray(width, 'int64'), np.asarray(height, 'int64')
+    tier, why = assign_tiers(w, h, tiers=self.tiers, max_upscale=self.max_upscale, ar_range=self.ar_range)
+    bw, bh = np.zeros(len(w), 'int64'), np.zeros(len(w), 'int64')
+    for t in np.unique(tier[tier > 0]):
+        at = np.flatnonzero(tier == t)
+        sizes = np.array(self.buckets[int(t)], 'int64')                          # (13, 2)
+        a = np.log(w[at] / h[at])
+        d = np.abs(np.log(sizes[:, 0] / sizes[:, 1])[None, :] - a[:, None])      # sizes × buckets
+        order = np.lexsort((-sizes[:, 0], ))                                      # ties: the wider first, as nearest_bucket
+        d = d[:, order]
+        best = np.argmin(d, axis=1)
+        pick = order[best]
+        two = np.partition(d, 1, axis=1)[:, :2]
+        for k in np.flatnonzero(two[:, 1] - two[:, 0] < 1e-9):                    # near-ties: the scalar rule decides
+            pick[k] = self.buckets[int(t)].index(nearest_bucket(int(w[at[k]]), int(h[at[k]]), self.buckets[int(t)]))
+        bw[at], bh[at] = sizes[pick, 0], sizes[pick, 1]
+    return tier, bw, bh, why
+
 # %% ../nbs/02_bucket.ipynb #1a0fe400
 def cover_size(width:int, # source width
                height:int, # source height

@@ -220,6 +220,10 @@ def _ray_read(batch:pa.Table, schema:pa.Schema, skip, max_pixels:int)->Iterator:
             yield pa.Table.from_batches([b])
 
 # %% ../nbs/01_ingest.ipynb #b59a83f1
+def _read_args()->dict:
+    "The reads' Ray remote arguments. Given as a function so that Ray Data never fuses the reads into the writes."
+    return {'num_cpus': 1}
+
 def _ray(tasks:list, table:str, *, skip:set, schema:pa.Schema, summary:IngestSummary,
          rows_per_fragment:int, max_pixels:int, engine:Engine, rows_per_write:int, recheck:dict):
     "Ray Data ingest: parallel reads, one commit"
@@ -228,7 +232,8 @@ def _ray(tasks:list, table:str, *, skip:set, schema:pa.Schema, summary:IngestSum
     ds = ray.data.from_items([_task_dict(t) for t in tasks], override_num_blocks=len(tasks))
     skip = frozenset(skip) | frozenset(recheck)  # failed rows are read again on the driver, after
     ds = ds.map_batches(_ray_read, batch_size=1, batch_format='pyarrow',
-                        fn_kwargs=dict(schema=schema, skip=ray.put(skip), max_pixels=max_pixels))
+                        fn_kwargs=dict(schema=schema, skip=ray.put(skip), max_pixels=max_pixels),
+                        ray_remote_args_fn=_read_args)  # reads and writes in separate tasks: see above
     mode = 'create' if open_table(table, missing_ok=True) is None else 'append'
     lance_ray.write_lance(ds, table, schema=schema, mode=mode, max_rows_per_file=rows_per_fragment,
                           min_rows_per_file=min(rows_per_write, rows_per_fragment))

@@ -41,10 +41,8 @@ def plan_buckets(table:str, # the Lance table
     t = _positions(lance.dataset(str(table)), filt, ['id', 'width', 'height'])
     size = (pc.fill_null(t['width'], 0).to_numpy().astype(np.int64) << 32) | pc.fill_null(t['height'], 0).to_numpy().astype(np.int64)
     sizes, of_row = np.unique(size, return_inverse=True)  # one assignment per distinct size, not per row
-    keys = []
-    for s in sizes.tolist():
-        tier, b, _ = bucketer.assign(s >> 32, s & 0xFFFFFFFF)
-        keys.append(f'{tier}/{b[0]}x{b[1]}' if tier else '')
+    tier, bw, bh, _ = bucketer.assign_many(sizes >> 32, sizes & 0xFFFFFFFF)      # all distinct sizes at once
+    keys = [f'{t}/{w}x{h}' if t else '' for t, w, h in zip(tier.tolist(), bw.tolist(), bh.tolist())]
     names = sorted(set(keys) - {''})
     at = {k: n for n, k in enumerate(names)}
     code = np.array([at.get(k, -1) for k in keys], np.int32)[of_row.ravel()]  # bucket per row (-1: none)

@@ -10,7 +10,8 @@ from .core import call_parse
 from .bucket import TIERS, MAX_UPSCALE, AR_RANGE, tier_floor, assign_tiers
 
 # %% auto #0
-__all__ = ['duck', 'sql', 'profile_frame', 'drop_table', 'plot_resolution', 'plot_aspect', 'write_report', 'prx_profile']
+__all__ = ['PROFILE_COLUMNS', 'duck', 'sql', 'profile_batches', 'profile_frame', 'drop_table', 'plot_resolution', 'plot_aspect',
+           'write_report', 'prx_profile']
 
 # %% ../nbs/03_profile.ipynb #149a072b
 def duck(table:str|Path, # path or URI of the Lance table
@@ -30,11 +31,10 @@ def sql(table:str|Path, # path or URI of the Lance table
     return duck(table).sql(query).df()
 
 # %% ../nbs/03_profile.ipynb #9bbcf5fd
-def profile_frame(table:str|Path, # path or URI of the Lance table
-                  **tier_kw, # `tiers`, `max_upscale`, `ar_range` for `assign_tiers`
-                 )->pd.DataFrame:
-    "One row per table row, with its tier and drop reason"
-    df = sql(table, 'SELECT id, source, status, width, height FROM t')
+PROFILE_COLUMNS = ['id', 'source', 'status', 'width', 'height']
+
+def _profile(df:pd.DataFrame, **tier_kw)->pd.DataFrame:
+    "Add megapixels, aspect, tier and drop to rows of `PROFILE_COLUMNS`"
     ok = df.status.eq('ok')
     tier, why = assign_tiers(df.width.fillna(0), df.height.fillna(1), **tier_kw)
     df['megapixels'] = df.width * df.height / 1e6
@@ -43,84 +43,140 @@ def profile_frame(table:str|Path, # path or URI of the Lance table
     df['drop'] = np.where(ok, why, df.status)
     return df
 
+def profile_batches(table:str|Path, # path or URI of the Lance table
+                    batch_rows:int=1 << 20, # rows per frame
+                    **tier_kw, # `tiers`, `max_upscale`, `ar_range` for `assign_tiers`
+                   ):
+    "The profile frame of `table`, a frame of at most `batch_rows` rows at a time"
+    import lance
+    for b in lance.dataset(str(table)).to_batches(columns=PROFILE_COLUMNS, batch_size=batch_rows):
+        if b.num_rows: yield _profile(b.to_pandas(), **tier_kw)
+
+def profile_frame(table:str|Path, # path or URI of the Lance table
+                  **tier_kw, # `tiers`, `max_upscale`, `ar_range` for `assign_tiers`
+                 )->pd.DataFrame:
+    "One row per table row, with its tier and drop reason"
+    frames = list(profile_batches(table, **tier_kw))
+    return pd.concat(frames, ignore_index=True) if frames else _profile(pd.DataFrame(columns=PROFILE_COLUMNS), **tier_kw)
+
 # %% ../nbs/03_profile.ipynb #776e0360
-def drop_table(df:pd.DataFrame, # a `profile_frame`
-               tiers=TIERS, # the tiers to count kept rows in
-              )->pd.DataFrame:
-    "Rows each rule drops, per source"
+def _drop_counts(df:pd.DataFrame, tiers=TIERS)->pd.DataFrame:
     ok = df.status.eq('ok')
     g = pd.DataFrame({'source': df.source, 'rows': 1, 'bad_status': ~ok,
                       'too_small': ok & df['drop'].eq('too_small'),
                       'aspect_ratio': ok & df['drop'].eq('aspect_ratio'),
                       'kept': df['drop'].eq('')})
     for t in tiers: g[f'tier_{t}'] = df.tier.eq(t)
-    out = g.groupby('source').sum().astype(int)
+    return g.groupby('source').sum().astype(int)
+
+def _with_total(counts:pd.DataFrame)->pd.DataFrame:
+    out = counts.groupby(level=0).sum().astype(int)
     out.loc['total'] = out.sum()
     return out
 
+def drop_table(df:pd.DataFrame, # a `profile_frame`
+               tiers=TIERS, # the tiers to count kept rows in
+              )->pd.DataFrame:
+    "Rows each rule drops, per source"
+    return _with_total(_drop_counts(df, tiers))
+
 # %% ../nbs/03_profile.ipynb #aaceb8bd
-def _hist(df:pd.DataFrame, col:str, bins, ax, lines:dict, xlabel:str, log:bool=True):
-    "Step histograms of `col` per source, `lines` marked"
-    for src, g in df.groupby('source'):
-        ax.hist(g[col].dropna(), bins=bins, histtype='step', lw=2, label=f'{src} ({len(g)})')
+def _bins(lo:float, hi:float, pad:float)->np.ndarray:
+    "30 log-spaced bins from `lo` / `pad` to `hi` * `pad`"
+    return np.logspace(np.log10(lo / pad), np.log10(hi * pad), 30)
+
+def _counts(df:pd.DataFrame, col:str, bins)->dict:
+    "{source: counts of `col` over `bins`}, usable rows only"
+    ok = df[df.status.eq('ok')]
+    return {s: np.histogram(g[col].dropna(), bins)[0] for s, g in ok.groupby('source')}
+
+def _add(acc:dict, counts:dict)->dict:
+    for s, c in counts.items(): acc[s] = acc.get(s, 0) + c
+    return acc
+
+def _draw(counts:dict, bins, lines:dict, xlabel:str, title:str):
+    "Step histograms per source, `lines` marked"
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for src, c in sorted(counts.items()): ax.stairs(c, bins, lw=2, label=f'{src} ({int(c.sum())})')
+    ax.set_xscale('log')
     for x, label in lines.items():
         ax.axvline(x, color='k', ls='--', lw=1)
         ax.text(x, ax.get_ylim()[1] * .95, f' {label}', fontsize=8, va='top')
-    if log: ax.set_xscale('log')
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel('images')
+    ax.set(xlabel=xlabel, ylabel='images', title=title)
     ax.legend(fontsize=8)
+    return fig
 
 # %% ../nbs/03_profile.ipynb #b0fedc17
+def _res_bins(lo, hi)->np.ndarray: return _bins(max(lo, 1e-3), hi, 1.01)
+def _aspect_bins(lo, hi)->np.ndarray: return _bins(lo, hi, 1 / .95)
+
+def _resolution_fig(counts:dict, bins, tiers=TIERS, max_upscale:float=MAX_UPSCALE):
+    floors = {tier_floor(t, max_upscale) / 1e6: f'{t} floor' for t in tiers}
+    return _draw(counts, bins, floors, 'megapixels (log)', 'Resolution per source: left of the 512 floor is dropped')
+
 def plot_resolution(df:pd.DataFrame, # a `profile_frame`
                     tiers=TIERS, # the tiers whose floors are marked
                     max_upscale:float=MAX_UPSCALE, # most upscaling per side, for the floors
                    ):
     "Histogram of megapixels per source, tier floors marked"
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(9, 4))
     ok = df[df.status.eq('ok')]
-    bins = np.logspace(np.log10(max(ok.megapixels.min(), 1e-3)), np.log10(ok.megapixels.max() * 1.01), 30)
-    floors = {tier_floor(t, max_upscale) / 1e6: f'{t} floor' for t in tiers}
-    _hist(ok, 'megapixels', bins, ax=ax, lines=floors, xlabel='megapixels (log)')
-    ax.set_title('Resolution per source: left of the 512 floor is dropped')
-    return fig
+    bins = _res_bins(ok.megapixels.min(), ok.megapixels.max())
+    return _resolution_fig(_counts(df, 'megapixels', bins), bins, tiers, max_upscale)
 
 # %% ../nbs/03_profile.ipynb #d0cd0df6
+def _aspect_fig(counts:dict, bins, ar_range=AR_RANGE):
+    marks = {ar_range[0]: f'{ar_range[0]}', ar_range[1]: f'{ar_range[1]}', 1.0: '1:1'}
+    return _draw(counts, bins, marks, 'aspect ratio w/h (log)', f'Aspect ratio per source: outside [{ar_range[0]}, {ar_range[1]}] is dropped')
+
 def plot_aspect(df:pd.DataFrame, # a `profile_frame`
                 ar_range=AR_RANGE, # the kept range, marked
                ):
     "Histogram of aspect ratio per source, kept range marked"
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(9, 4))
     ok = df[df.status.eq('ok')]
-    bins = np.logspace(np.log10(ok.aspect.min() * .95), np.log10(ok.aspect.max() * 1.05), 30)
-    marks = {ar_range[0]: f'{ar_range[0]}', ar_range[1]: f'{ar_range[1]}', 1.0: '1:1'}
-    _hist(ok, 'aspect', bins, ax=ax, lines=marks, xlabel='aspect ratio w/h (log)')
-    ax.set_title(f'Aspect ratio per source: outside [{ar_range[0]}, {ar_range[1]}] is dropped')
-    return fig
+    bins = _aspect_bins(ok.aspect.min(), ok.aspect.max())
+    return _aspect_fig(_counts(df, 'aspect', bins), bins, ar_range)
 
 # %% ../nbs/03_profile.ipynb #6ae83ea4
 def _has_tabulate()->bool:
     import importlib.util
     return importlib.util.find_spec('tabulate') is not None
 
+def _ranges(table)->tuple:
+    "(megapixels min, max, aspect min, max) over the usable rows"
+    r = sql(table, "SELECT min(CAST(width AS DOUBLE) * height) / 1e6 AS a, max(CAST(width AS DOUBLE) * height) / 1e6 AS b, "
+                   "min(CAST(width AS DOUBLE) / height) AS c, max(CAST(width AS DOUBLE) / height) AS d FROM t "
+                   "WHERE status = 'ok' AND width > 0 AND height > 0")
+    return tuple(float(r[k][0]) if pd.notna(r[k][0]) else 1.0 for k in 'abcd')
+
 def write_report(table:str|Path, # path or URI of the Lance table
                  out:str|Path, # folder for the plots and tables (created)
+                 batch_rows:int=1 << 20, # rows per batch of the scan
                 )->pd.DataFrame:
     "Write the report on `table` to `out`; the drop table"
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt, pyarrow as pa, pyarrow.parquet as pq
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    df = profile_frame(table)
-    drops = drop_table(df)
-    for name, plot in (('resolution', plot_resolution), ('aspect', plot_aspect)):
-        fig = plot(df)
+    mlo, mhi, alo, ahi = _ranges(table)
+    rbins, abins = _res_bins(mlo, mhi), _aspect_bins(alo, ahi)
+    drops, res, asp, writer = [], {}, {}, None
+    schema = pa.schema([('id', pa.string()), ('source', pa.string()), ('status', pa.string()), ('width', pa.float64()),
+                        ('height', pa.float64()), ('megapixels', pa.float64()), ('aspect', pa.float64()),
+                        ('tier', pa.int64()), ('drop', pa.string())])
+    try:
+        for df in profile_batches(table, batch_rows):
+            drops.append(_drop_counts(df)); _add(res, _counts(df, 'megapixels', rbins)); _add(asp, _counts(df, 'aspect', abins))
+            if writer is None: writer = pq.ParquetWriter(out / 'rows.parquet', schema)
+            writer.write_table(pa.Table.from_pandas(df, schema=schema, preserve_index=False))
+    finally:
+        if writer is not None: writer.close()
+    if writer is None: pq.write_table(schema.empty_table(), out / 'rows.parquet')
+    drops = _with_total(pd.concat(drops) if drops else _drop_counts(_profile(pd.DataFrame(columns=PROFILE_COLUMNS))))
+    for name, fig in (('resolution', _resolution_fig(res, rbins)), ('aspect', _aspect_fig(asp, abins))):
         fig.savefig(out / f'{name}.png', dpi=110, bbox_inches='tight')
         plt.close(fig)
     drops.to_csv(out / 'drops.csv')
     (out / 'drops.md').write_text(drops.to_markdown() if _has_tabulate() else drops.to_string())
-    df.to_parquet(out / 'rows.parquet')
     return drops
 
 # %% ../nbs/03_profile.ipynb #cda6f13e
