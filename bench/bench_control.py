@@ -22,7 +22,7 @@ Usage: python bench/bench_control.py [--rows 10000000] [--work DIR] [--steps ...
 import json, shutil, subprocess, sys, time
 from pathlib import Path
 import numpy as np, pyarrow as pa
-from common import record, parser
+from common import record, parser, RESULTS
 
 STEPS = ['profile', 'plan', 'tree', 'dedup', 'filter', 'optout', 'loader', 'fetch']
 SIZES = [(640, 480), (800, 600), (1024, 768), (1280, 720), (1920, 1080), (1080, 1080), (1080, 1350), (2048, 1536),
@@ -162,14 +162,15 @@ def fetch(table:str, chunks:int=20)->dict:
     return dict(in_filter_s_per_chunk=round(t_in, 4), take_s_per_chunk=round(t_take, 4), ratio=round(t_in / t_take, 1))
 
 
-def main(rows:int, work:Path, steps:list)->dict:
+def main(rows:int, work:Path, steps:list, keep:bool=False)->dict:
     work.mkdir(parents=True, exist_ok=True)
     mark = work / f'meta.{rows}.done'
     if not mark.exists():
         for p in work.glob('meta.*.done'): p.unlink()
         t = time.perf_counter(); make_table(work / 'meta.lance', rows)
         print(f'table of {rows:,} rows: {time.perf_counter() - t:.0f} s', flush=True); mark.touch()
-    res = {}
+    old = RESULTS / 'control.json'
+    res = json.loads(old.read_text())['steps'] if keep and old.exists() and json.loads(old.read_text())['rows'] == rows else {}
     for s in steps:
         r = subprocess.run([sys.executable, __file__, '--step', s, '--work', str(work)], capture_output=True, text=True)
         if r.returncode: raise SystemExit(f'step {s} failed:\n{r.stderr[-3000:]}')
@@ -184,6 +185,7 @@ if __name__ == '__main__':
     p.add_argument('--work', default='bench_out/control', help='the metadata table and the tree (about 1 GB at 10M rows)')
     p.add_argument('--steps', nargs='+', default=STEPS, choices=STEPS)
     p.add_argument('--step', default=None, help='(internal) run one step in this process')
+    p.add_argument('--keep', action='store_true', help="keep the last record's figures of the steps not run now")
     a = p.parse_args()
     if a.step: print(json.dumps(step(a.step, Path(a.work))))
-    else: main(a.rows, Path(a.work), a.steps)
+    else: main(a.rows, Path(a.work), a.steps, keep=a.keep)
