@@ -113,7 +113,7 @@ def _aspect_bins(lo, hi)->np.ndarray: return _bins(lo, hi, 1 / .95)
 
 def _resolution_fig(counts:dict, bins, tiers=TIERS, max_upscale:float=MAX_UPSCALE):
     floors = {tier_floor(t, max_upscale) / 1e6: f'{t} floor' for t in tiers}
-    return _draw(counts, bins, floors, 'megapixels (log)', 'Resolution per source: left of the 512 floor is dropped')
+    return _draw(counts, bins, lines=floors, xlabel='megapixels (log)', title='Resolution per source: left of the 512 floor is dropped')
 
 def plot_resolution(df:pd.DataFrame, # a `profile_frame`
                     tiers=TIERS, # the tiers whose floors are marked
@@ -122,12 +122,12 @@ def plot_resolution(df:pd.DataFrame, # a `profile_frame`
     "Histogram of megapixels per source, tier floors marked"
     ok = df[df.status.eq('ok')]
     bins = _res_bins(ok.megapixels.min(), ok.megapixels.max())
-    return _resolution_fig(_counts(df, 'megapixels', bins), bins, tiers, max_upscale)
+    return _resolution_fig(_counts(df, 'megapixels', bins), bins, tiers=tiers, max_upscale=max_upscale)
 
 # %% ../nbs/03_profile.ipynb #d0cd0df6
 def _aspect_fig(counts:dict, bins, ar_range=AR_RANGE):
     marks = {ar_range[0]: f'{ar_range[0]}', ar_range[1]: f'{ar_range[1]}', 1.0: '1:1'}
-    return _draw(counts, bins, marks, 'aspect ratio w/h (log)', f'Aspect ratio per source: outside [{ar_range[0]}, {ar_range[1]}] is dropped')
+    return _draw(counts, bins, lines=marks, xlabel='aspect ratio w/h (log)', title=f'Aspect ratio per source: outside [{ar_range[0]}, {ar_range[1]}] is dropped')
 
 def plot_aspect(df:pd.DataFrame, # a `profile_frame`
                 ar_range=AR_RANGE, # the kept range, marked
@@ -135,7 +135,7 @@ def plot_aspect(df:pd.DataFrame, # a `profile_frame`
     "Histogram of aspect ratio per source, kept range marked"
     ok = df[df.status.eq('ok')]
     bins = _aspect_bins(ok.aspect.min(), ok.aspect.max())
-    return _aspect_fig(_counts(df, 'aspect', bins), bins, ar_range)
+    return _aspect_fig(_counts(df, 'aspect', bins), bins, ar_range=ar_range)
 
 # %% ../nbs/03_profile.ipynb #6ae83ea4
 def _has_tabulate()->bool:
