@@ -182,7 +182,7 @@ def assign_many(self:Bucketer,
         sizes = np.array(self.buckets[int(t)], 'int64')                          # (13, 2)
         a = np.log(w[at] / h[at])
         d = np.abs(np.log(sizes[:, 0] / sizes[:, 1])[None, :] - a[:, None])      # sizes × buckets
-        order = np.lexsort((-sizes[:, 0], ))                                      # ties: the wider first, as nearest_bucket
+        order = np.argsort(-sizes[:, 0], kind='stable')                            # ties: the wider first, as nearest_bucket
         d = d[:, order]
         best = np.argmin(d, axis=1)
         pick = order[best]

@@ -42,10 +42,11 @@ def plan_buckets(table:str, # the Lance table
     size = (pc.fill_null(t['width'], 0).to_numpy().astype(np.int64) << 32) | pc.fill_null(t['height'], 0).to_numpy().astype(np.int64)
     sizes, of_row = np.unique(size, return_inverse=True)  # one assignment per distinct size, not per row
     tier, bw, bh, _ = bucketer.assign_many(sizes >> 32, sizes & 0xFFFFFFFF)      # all distinct sizes at once
-    keys = [f'{t}/{w}x{h}' if t else '' for t, w, h in zip(tier.tolist(), bw.tolist(), bh.tolist())]
-    names = sorted(set(keys) - {''})
+    kinds, of_size = np.unique((tier.astype(np.int64) << 40) | (bw << 20) | bh, return_inverse=True)  # (tier, bucket)s met
+    label = [f'{k >> 40}/{(k >> 20) & 0xFFFFF}x{k & 0xFFFFF}' if k >> 40 else '' for k in kinds.tolist()]
+    names = sorted(set(label) - {''})
     at = {k: n for n, k in enumerate(names)}
-    code = np.array([at.get(k, -1) for k in keys], np.int32)[of_row.ravel()]  # bucket per row (-1: none)
+    code = np.array([at.get(k, -1) for k in label], np.int32)[of_size.ravel()][of_row.ravel()]  # bucket per row (-1: none)
     rows = t.select(['id', '_pos']).append_column('_b', pa.array(code)).filter(pa.array(code >= 0))
     rows = rows.sort_by([('_b', 'ascending'), ('id', 'ascending')])  # one sort: bucket, then id
     ends = np.cumsum(np.bincount(rows['_b'].to_numpy(), minlength=len(names)))
