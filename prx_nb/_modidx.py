@@ -584,4 +584,5 @@ d = { 'settings': { 'branch': 'main',
                               'prx_nb.table.read_path': ('table.html#read_path', 'prx_nb/table.py'),
                               'prx_nb.table.sql_in': ('table.html#sql_in', 'prx_nb/table.py'),
                               'prx_nb.table.sql_str': ('table.html#sql_str', 'prx_nb/table.py'),
+                              'prx_nb.table.sweep_leftovers': ('table.html#sweep_leftovers', 'prx_nb/table.py'),
                               'prx_nb.table.write_back': ('table.html#write_back', 'prx_nb/table.py')}}}

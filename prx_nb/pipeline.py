@@ -13,7 +13,7 @@ from pathlib import Path
 import lance, pandas as pd, pyarrow.parquet as pq
 from .demo import build_demo, demo_sources, DemoTruth
 from .sources import parse_source, source_files
-from .table import compact
+from .table import compact, open_table, sweep_leftovers
 from .bucket import Bucketer, TIERS, MAX_UPSCALE
 from .ingest import ingest
 from .profile import write_report
@@ -35,7 +35,9 @@ CONFIG = {
                 engine=('local', 'local (this process) or ray (Ray Data for ingest, fingerprints and the MDS writer)'),
                 ray_address=('', 'ray: the address of an existing cluster (empty: start a local Ray)'),
                 workers=(0, 'ray: CPUs of a local Ray (0: all)'),
-                compact_fragments=(64, 'compact the table after ingest when it has more fragments than this (0: never)')),
+                compact_fragments=(64, 'compact the table after ingest when it has more fragments than this (0: never)'),
+                sweep_leftovers=(True, 'as the run starts, remove files of the table no version references (left by killed writes); '
+                                       'turn off if other processes write the table while prx_run runs')),
     'ingest': dict(sources=([], 'source specs, as prx_ingest takes them: [NAME=]folder:DIR, parquet:GLOB, wds:TARS, meta:TABLE, hf:DIR'),
                    embeddings=('', 'a Parquet side table of id + embedding to join (empty: none)'),
                    caption_column=('', "read every source's captions from this field (empty: each layout's rule)"),
@@ -344,6 +346,7 @@ class RunSummary:
     out: Path # the run folder
     stages: list # a `StageRun` per stage, in order
     seconds: float = 0.0 # wall time of the whole run
+    swept_bytes: int = 0 # files left in the table by killed writes, removed as the run started
     def stage(self, name:str)->StageRun|None: return next((s for s in self.stages if s.name == name), None)
     def frame(self)->pd.DataFrame:
         "One row per stage: status, seconds, rows in and out, rows/s, peak memory (MB), reasons."
@@ -378,6 +381,7 @@ def run_pipeline(config:str|Path|dict, # a TOML file, or a configuration dict
     p = _paths(c)
     p['out'].mkdir(parents=True, exist_ok=True)
     state, runs, key, t0, ran = RunState(p['out']), [], '', time.perf_counter(), False
+    swept = sweep_leftovers(p['table']) if c['run']['sweep_leftovers'] and open_table(p['table'], missing_ok=True) is not None else 0
     for name, fn, applies, opts in _STAGES:
         if not applies(c): runs.append(StageRun(name, 'off')); continue
         key = _digest(name, key, opts(c, p))
@@ -396,14 +400,14 @@ def run_pipeline(config:str|Path|dict, # a TOML file, or a configuration dict
         state.record(name, key, r, **extra)
         ran = True
         runs.append(r)
-    s = RunSummary(p['out'], runs, seconds=time.perf_counter() - t0)
+    s = RunSummary(p['out'], runs, seconds=time.perf_counter() - t0, swept_bytes=swept)
     _write_summary(s, c, p)
     return s
 
 # %% ../nbs/09_pipeline.ipynb #c376bca8
 def _write_summary(s:RunSummary, c:dict, p:dict):
     "summary.json beside the outputs, atomically."
-    d = dict(finished_at=time.strftime('%Y-%m-%dT%H:%M:%S'), seconds=round(s.seconds, 2), table=p['table'], tree=str(p['mds']),
+    d = dict(finished_at=time.strftime('%Y-%m-%dT%H:%M:%S'), seconds=round(s.seconds, 2), swept_bytes=s.swept_bytes, table=p['table'], tree=str(p['mds']),
              profile=str(p['out'] / 'profile'), config=c, stages=[asdict(r) | dict(per_s=r.per_s) for r in s.stages])
     tmp = p['out'] / f'summary.json.tmp{os.getpid()}'
     tmp.write_text(json.dumps(d, indent=1, default=str))
@@ -527,6 +531,7 @@ def prx_run(config:_CONFIG=None,
         raise SystemExit(f"prx_run: cannot write {e.filename or 'the outputs'}: {e.strerror or e}. What finished before "
                          'stays intact and readable; free space (or fix the permissions) and run again to finish') from None
     print(s.frame().to_string())
+    if s.swept_bytes: print(f'removed {s.swept_bytes / 1e6:,.1f} MB of files left in the table by interrupted writes')
     print(f'{s.seconds:.1f} s; summary in {s.out / "summary.json"}')
 
 # %% ../nbs/09_pipeline.ipynb #d03c8b29

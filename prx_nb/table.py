@@ -14,7 +14,7 @@ from .core import call_parse, Engine, as_engine
 # %% auto #0
 __all__ = ['HTTP_TRIES', 'HTTP_TIMEOUT', 'IMAGE_SCAN', 'open_table', 'sql_str', 'sql_in', 'read_path', 'image_bytes', 'detach',
            'commit_updates', 'add_columns', 'write_back', 'ColumnFill', 'fill_column', 'FragmentHealth',
-           'fragment_health', 'check_fragments', 'compact', 'prx_compact']
+           'fragment_health', 'check_fragments', 'compact', 'prx_compact', 'sweep_leftovers']
 
 # %% ../nbs/00c_table.ipynb #72ea3b80
 _SESSIONS = {}
@@ -297,3 +297,14 @@ def prx_compact(table:str=None, # Lance table path or URI (required)
     if not table: raise SystemExit('prx_compact: --table is required')
     before, after = compact(table, rows_per_fragment)
     print(f'{table}: {before} fragments -> {after}')
+
+# %% ../nbs/00c_table.ipynb #ef8b26e0
+def sweep_leftovers(table:str, # the Lance table (path or URI)
+                   )->int:
+    "Remove the files of `table` that no version references (left by killed writes); every version stays. Bytes removed."
+    import lance
+    from datetime import timedelta
+    ds = lance.dataset(table)
+    # versions older than a century: none, so none is removed; `delete_unverified`: unreferenced files of any age go
+    s = ds.cleanup_old_versions(older_than=timedelta(days=36500), delete_unverified=True, error_if_tagged_old_versions=False)
+    return int(s.bytes_removed)

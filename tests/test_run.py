@@ -35,6 +35,13 @@ def state(out):
     return rows, tree
 
 
+def unreferenced(table):
+    "Files in the table's data/ folder that no version names: what killed writes leave."
+    named = {f.path for v in lance.dataset(str(table)).versions()
+             for fr in lance.dataset(str(table), version=v['version']).get_fragments() for f in fr.data_files()}
+    return sorted(p.name for p in (table / 'data').iterdir() if p.name not in named)
+
+
 @pytest.mark.slow
 def test_sigkill_at_random_moments_then_rerun_equals_an_uninterrupted_run(tmp_path, demo):
     ref = config(tmp_path, demo, 'ref')
@@ -60,6 +67,7 @@ def test_sigkill_at_random_moments_then_rerun_equals_an_uninterrupted_run(tmp_pa
     assert sum(len(s) for _, _, sk in a[1].values() for s in sk['dedup'].values()) >= 5
     summary = json.loads((tmp_path / 'killed' / 'summary.json').read_text())
     assert [s['status'] for s in summary['stages']][-1] in ('off', 'ran', 'skipped')
+    assert unreferenced(tmp_path / 'killed' / 'corpus.lance') == [], f'seed {seed}: files of killed writes were left'
 
 
 def test_unwritable_output_is_one_clear_error(tmp_path, demo):
