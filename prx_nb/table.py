@@ -298,7 +298,7 @@ def prx_compact(table:str=None, # Lance table path or URI (required)
     before, after = compact(table, rows_per_fragment)
     print(f'{table}: {before} fragments -> {after}')
 
-# %% ../nbs/00c_table.ipynb #ef8b26e0
+# %% ../nbs/00c_table.ipynb #d6ccb408
 def sweep_leftovers(table:str, # the Lance table (path or URI)
                    )->int:
     "Remove the files of `table` that no version references (left by killed writes); every version stays. Bytes removed."
