@@ -195,6 +195,8 @@ def fetch_tree_files(st, # a `streaming.Stream` with `remote`
     return [d for _, d in want]
 
 # %% ../nbs/07a_skips.ipynb #5d365382
+_WEIGHTS = ('proportion', 'repeat', 'choose')  # what `Stream.apply_weights` sets on each stream
+
 class SkipStreamingDataset(StreamingDataset):
     "A `StreamingDataset` that never yields a sample on the skip lists of `reasons`."
     def __init__(self,
@@ -205,10 +207,16 @@ class SkipStreamingDataset(StreamingDataset):
                 ):
         if on_skip not in ('substitute', 'drop'):
             raise ValueError(f"on_skip must be 'substitute' or 'drop', not {on_skip!r}")
+        streams = kwargs.get('streams') or []
+        weights = [{a: getattr(st, a) for a in _WEIGHTS if hasattr(st, a)} for st in streams]
         for attempt in range(8):
             try: super().__init__(**kwargs); break
             except FileExistsError:  # Mosaic picks a free shared-memory prefix, then creates it: another process starting a
                 if attempt == 7 or _distributed(): raise  # dataset in between takes it first; pick again, alone only
+                for st, w in zip(streams, weights):  # Mosaic derived every stream's weights before it failed: undo that
+                    for a in _WEIGHTS:
+                        if a in w: setattr(st, a, w[a])
+                        elif hasattr(st, a): delattr(st, a)
                 time.sleep(0.02 + 0.08 * np.random.default_rng().random())
         for st in self.streams:  # skip lists, manifests and the record travel with `remote=`; local shards are checked
             if st.remote: fetch_tree_files(st)
