@@ -13,7 +13,7 @@ from pathlib import Path
 import lance, pandas as pd, pyarrow.parquet as pq
 from .demo import build_demo, demo_sources, DemoTruth
 from .sources import parse_source, source_files
-from .table import compact, open_table, sweep_leftovers
+from .table import compact, sweep_leftovers
 from .bucket import Bucketer, TIERS, MAX_UPSCALE
 from .ingest import ingest
 from .profile import write_report
@@ -381,7 +381,7 @@ def run_pipeline(config:str|Path|dict, # a TOML file, or a configuration dict
     p = _paths(c)
     p['out'].mkdir(parents=True, exist_ok=True)
     state, runs, key, t0, ran = RunState(p['out']), [], '', time.perf_counter(), False
-    swept = sweep_leftovers(p['table']) if c['run']['sweep_leftovers'] and open_table(p['table'], missing_ok=True) is not None else 0
+    swept = sweep_leftovers(p['table']) if c['run']['sweep_leftovers'] else 0
     for name, fn, applies, opts in _STAGES:
         if not applies(c): runs.append(StageRun(name, 'off')); continue
         key = _digest(name, key, opts(c, p))

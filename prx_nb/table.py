@@ -301,10 +301,9 @@ def prx_compact(table:str=None, # Lance table path or URI (required)
 # %% ../nbs/00c_table.ipynb #d6ccb408
 def sweep_leftovers(table:str, # the Lance table (path or URI)
                    )->int:
-    "Remove the files of `table` that no version references (left by killed writes); every version stays. Bytes removed."
-    import lance
+    "Remove the files of `table` that no version references (left by killed writes); every version stays. Bytes removed (0: no table)."
     from datetime import timedelta
-    ds = lance.dataset(table)
+    if (ds := open_table(table, missing_ok=True)) is None: return 0
     # versions older than a century: none, so none is removed; `delete_unverified`: unreferenced files of any age go
     s = ds.cleanup_old_versions(older_than=timedelta(days=36500), delete_unverified=True, error_if_tagged_old_versions=False)
     return int(s.bytes_removed)
