@@ -17,7 +17,7 @@ from .table import add_columns, write_back, sql_in
 from .explore import search
 from .caption import CaptionerError, check_server, post_chat, tiny_tokenizer
 from .mds import iter_buckets, bucket_key, check_bucket, refuse_damaged
-from .skips import set_skips, read_skips
+from .skips import set_skips, skip_shards
 
 # %% auto #0
 __all__ = ['LABELS', 'RESERVED', 'HINTS', 'SYSTEM', 'QUESTION', 'USER', 'CLASSIFY_VERSION', 'TEXT_QUERY', 'NSFW_QUERY',
@@ -560,7 +560,7 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
         per = {l: {} for l in labels}
         for s, i, l in zip(*(hit[c].to_pylist() for c in ('shard', 'index', 'label'))): per[l].setdefault(s, []).append(i)
         for l in labels:
-            for shard in sorted(set(read_skips(b, [l])) | set(per[l])):
+            for shard in sorted(skip_shards(b, l) | set(per[l])):
                 set_skips(b, shard, l, indices=per[l].get(shard, []), made_by=made_by)
         n = {l: sum(map(len, per[l].values())) for l in labels}
         n_unscored += count(man['id'], uns)
@@ -615,7 +615,9 @@ def prx_filter(table:str=None, # the Lance table holding the labels (required)
     "Write one skip list per label over an MDS tree (reason = the label), replacing those reasons' previous lists."
     if not (table and mds and label_column):
         raise SystemExit('prx_filter: --table, --mds and --label-column are required')
-    if not any(iter_buckets(mds)):
+    try: found = any(iter_buckets(mds))
+    except ValueError as e: raise SystemExit(f'prx_filter: {e}') from None
+    if not found:
         raise SystemExit(f'prx_filter: no MDS buckets under {mds} (expected {mds}/<tier>/<WxH>/manifest.parquet)')
     try: f = filter_tree(mds, table, label_column, labels=labels.split(','), min_score=min_score, progress=not quiet)
     except ValueError as e: raise SystemExit(f'prx_filter: {e}') from None

@@ -12,8 +12,8 @@ import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from .core import call_parse
 from .phash import phash, hamming, add_phash
-from .mds import iter_bucket, iter_buckets, bucket_key, read_optouts, check_bucket, refuse_damaged
-from .skips import set_skips, read_skips
+from .mds import iter_bucket, iter_buckets, bucket_key, read_optouts, check_bucket, refuse_damaged, sweep_tmp
+from .skips import set_skips, skip_shards
 
 # %% auto #0
 __all__ = ['keep_best', 'near_pairs', 'dedup_keep', 'TreeDedup', 'tree_fingerprints', 'dedup_tree', 'prx_dedup']
@@ -176,6 +176,7 @@ def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
     "Keep one sample per fingerprint across the tree; skip the rest."
     import warnings
     root = Path(root)
+    sweep_tmp(root)  # what a killed dedup left (its sidecars are written whole, or not at all)
     t, computed, missing = tree_fingerprints(root, table, progress)
     res = TreeDedup(t.num_rows, computed, no_fingerprint=missing)
     if not t.num_rows: return res
@@ -194,7 +195,7 @@ def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
     drop, lists = v.filter(pa.array(~keep)), {}
     for b, s, i in zip(*(drop[c].to_pylist() for c in ('bucket', 'shard', 'index'))):
         lists.setdefault((b, s), []).append(i)
-    old = {(bucket_key(b), s) for b in iter_buckets(root) for s in read_skips(b, ['dedup'])}
+    old = {(bucket_key(b), s) for b in iter_buckets(root) for s in skip_shards(b, 'dedup')}  # lost lists are rewritten too
     for b, s in sorted(old | set(lists)):
         set_skips(root / b, s, 'dedup', indices=lists.get((b, s), []), made_by='prx_nb.dedup.dedup_tree')
     res.skipped = dict(sorted(Counter(drop['bucket'].to_pylist()).items()))
@@ -209,7 +210,9 @@ def prx_dedup(mds:str=None, # root of an MDS tree written by prx_nb (required)
              ):
     "Keep one sample per perceptual hash across an MDS tree; skip the rest."
     if not mds: raise SystemExit('prx_dedup: --mds is required')
-    if not any(iter_buckets(mds)):
+    try: found = any(iter_buckets(mds))
+    except ValueError as e: raise SystemExit(f'prx_dedup: {e}') from None
+    if not found:
         raise SystemExit(f'prx_dedup: no MDS buckets under {mds} '
                          f'(expected {mds}/<tier>/<WxH>/manifest.parquet)')
     try: r = dedup_tree(mds, radius=radius, table=table, progress=not quiet)

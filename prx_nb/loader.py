@@ -17,17 +17,28 @@ __all__ = ['tree_buckets', 'TreeDataset', 'tree_dataset', 'decode_sample', 'coll
 
 # %% ../nbs/07b_loader.ipynb #b73f7fbd
 def _remote_keys(root:str)->list:
-    "Keys of the buckets of the remote tree `root` that hold samples (`bucket.json` and `index.json` both there)."
+    "Keys of the buckets of the remote tree `root` that hold samples; `ValueError` naming a bucket that lost `bucket.json` or `index.json`"
     import tempfile
     from urllib.parse import urlparse
-    from streaming.base.storage import CloudUploader
+    from streaming.base.storage import CloudUploader, CloudDownloader
     with tempfile.TemporaryDirectory() as tmp:
         keys = CloudUploader.get(out=(tmp, root), exist_ok=True).list_objects() or []
-    base, have = urlparse(root).path.strip('/'), {}
-    for k in keys:
-        rel = k[len(base):].lstrip('/') if base and k.startswith(base) else k
-        if m := re.fullmatch(r'(\d+/\d+x\d+)/(bucket\.json|index\.json)', rel): have.setdefault(m[1], set()).add(m[2])
-    return [k for k, v in have.items() if len(v) == 2]
+        base, have = urlparse(root).path.strip('/'), {}
+        for k in keys:
+            rel = k[len(base):].lstrip('/') if base and k.startswith(base) else k
+            if m := re.fullmatch(r'(\d+/\d+x\d+)/([^/]+)', rel): have.setdefault(m[1], set()).add(m[2])
+        out, top = [], root.rstrip('/')
+        for k, names in have.items():
+            if 'bucket.json' not in names:
+                raise ValueError(f'{top}/{k}/bucket.json: missing from the remote tree while the bucket holds '
+                                 f'{len(names)} object(s): it lost it (or an upload is unfinished); restore it or remove the bucket')
+            if 'index.json' in names: out.append(k); continue
+            dst = Path(tmp) / k.replace('/', '_')  # no index.json: sound only for a bucket whose every row was rejected
+            CloudDownloader.get(f'{top}/{k}/bucket.json').download(f'{top}/{k}/bucket.json', str(dst), 60)
+            if json.loads(dst.read_text()).get('samples') != 0:
+                raise ValueError(f'{top}/{k}/index.json: missing from the remote tree (its bucket.json counts samples); '
+                                 'restore it; the bucket is not served and not passed over')
+    return out
 
 def tree_buckets(root:str|Path, # an MDS tree: a local folder, or a remote URI (s3://, gs://, …)
                 )->list:
@@ -154,7 +165,7 @@ def tree_dataset(root:str|Path, # an MDS tree: a local folder, or a remote URI (
         r, l = src(k)
         st = Stream(remote=r, local=l)
         st.apply_default(dict(split=None, download_retry=kwargs.get('download_retry', 2), keep_zip=kwargs.get('keep_zip', False),
-                              download_timeout=kwargs.get('download_timeout', 60), validate_hash=kwargs.get('validate_hash')))
+                              download_timeout=kwargs.get('download_timeout', 60), validate_hash=None))  # set per stream by the dataset
         if r: fetch_tree_files(st)
         streams[k], counts[k] = st, _counts(st, reasons, trees)
     left = {k: f'every one of its {n} samples is skipped' for k, (n, kept) in counts.items() if not kept}

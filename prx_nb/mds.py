@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_mds.ipynb #93387f61
 from __future__ import annotations
-import json, os, re, shutil, socket, sys, time
+import contextlib, fcntl, json, os, re, shutil, socket, sys, time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,10 +15,12 @@ from .table import sql_in, image_bytes
 from .bucket import Bucketer
 
 # %% auto #0
-__all__ = ['MDS_COLUMNS', 'OPTOUT', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'empty_bucket', 'check_bucket',
-           'refuse_damaged', 'write_bucket', 'read_id_column', 'ledger_path', 'read_ledger', 'tree_table',
-           'read_optouts', 'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds', 'iter_bucket', 'iter_buckets',
-           'bucket_key', 'skip_path', 'skip_files', 'read_sidecar', 'write_sidecar', 'copy_bucket', 'prx_write_mds']
+__all__ = ['MDS_COLUMNS', 'OPTOUT', 'SKIP_RECORD', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts',
+           'shard_header_problem', 'empty_bucket', 'check_bucket', 'refuse_damaged', 'write_bucket', 'read_whole',
+           'read_id_column', 'abs_table', 'ledger_path', 'read_ledger', 'resolve_table', 'recorded_table', 'tree_table',
+           'read_optouts', 'sweep_tmp', 'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds', 'iter_bucket',
+           'iter_buckets', 'bucket_key', 'skip_path', 'skip_files', 'read_sidecar', 'recorded_sidecars',
+           'missing_sidecars', 'refuse_missing', 'write_sidecar', 'remove_sidecar', 'copy_bucket', 'prx_write_mds']
 
 # %% ../nbs/07_mds.ipynb #67faddf4
 MDS_COLUMNS = {'jpg': 'bytes', 'caption': 'str', 'width': 'int32', 'height': 'int32', 'id': 'str'}
@@ -220,6 +222,19 @@ def _sha1(p:Path)->str:
         while b := f.read(1 << 22): h.update(b)
     return h.hexdigest()
 
+def shard_header_problem(p:Path, # an MDS shard file (raw, uncompressed)
+                         samples:int, # the samples its `index.json` entry gives
+                        )->str|None:
+    "What is wrong with the shard's header (sample count, offset table), or None; reads only the header, 4 bytes a sample"
+    size = p.stat().st_size
+    with open(p, 'rb') as f: head = f.read(4 * (samples + 2))
+    if len(head) < 4 * (samples + 2): return f'{size:,} bytes: too short for the header of {samples} samples'
+    n, off = int(np.frombuffer(head[:4], np.uint32)[0]), np.frombuffer(head[4:], np.uint32).astype(np.int64)
+    if n != samples: return f'its header says {n} samples, index.json {samples} (damaged bytes)'
+    if off[0] < len(head) or (np.diff(off) < 0).any() or off[-1] != size:
+        return f'its offset table is damaged (offsets {int(off[0])}..{int(off[-1])} in a file of {size:,} bytes)'
+    return None
+
 def empty_bucket(b:Path, # a bucket folder
                )->bool:
     "A finished bucket that holds no sample (every planned row rejected): nothing to read, check or stream."
@@ -247,6 +262,7 @@ def check_bucket(bucket:str|Path, # a bucket folder
         raw = s['raw_data']; p = b / raw['basename']; total += s['samples']
         if not p.exists(): bad(p, 'missing (index.json lists it)'); continue
         if (n := p.stat().st_size) != raw['bytes']: bad(p, f'{n:,} bytes, index.json says {raw["bytes"]:,} (truncated or replaced)'); continue
+        if why := shard_header_problem(p, s['samples']): bad(p, why); continue
         if hashes and (want := (raw.get('hashes') or {}).get('sha1')) and _sha1(p) != want:
             bad(p, 'SHA-1 differs from the one index.json records: its bytes changed')
     if meta is not None and meta.get('samples', total) != total:
@@ -277,7 +293,7 @@ def _complete(final:Path)->BucketWrite|None:
 def _chunks(rows:pa.Table, n:int)->list: return [rows.slice(i, n) for i in range(0, len(rows), n)] or [rows]
 
 def _bucket_meta(ds, key:str, *, bucketer:Bucketer, caption_column:str, shard_bytes:int)->dict:
-    return dict(made_by='prx_nb.mds.write_bucket', bucket=key, table=ds.uri, lance_version=ds.version,
+    return dict(made_by='prx_nb.mds.write_bucket', bucket=key, table=abs_table(ds.uri), lance_version=ds.version,
                 caption_column=caption_column, shard_bytes=shard_bytes, quality=bucketer.quality)
 
 def _parts_dir(out:Path, key:str)->Path: return out / (key + '.parts')
@@ -317,25 +333,38 @@ def write_bucket(ds, # the Lance dataset (at the version being written)
     how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)
     for p, c in todo: write_part(ds, key, c, part=p, **how)
     base = [final] if done is not None else []  # a finished bucket grows: merged again from itself and the new parts
-    res = merge_parts(base + [p for p, _ in todo], final, _bucket_meta(ds, key, **how), skips=kept)
+    meta = _bucket_meta(ds, key, **how) | dict(table_from_tree=os.path.relpath(abs_table(ds.uri), os.path.abspath(out))) \
+        if '://' not in ds.uri else _bucket_meta(ds, key, **how)
+    res = merge_parts(base + [p for p, _ in todo], final, meta, skips=kept)
     shutil.rmtree(_parts_dir(out, key), ignore_errors=True)
     return res
 
 # %% ../nbs/07_mds.ipynb #76e599e8
 OPTOUT = 'optout.parquet'  # ids recorded as opted out, at the root of an MDS tree (see `prx_nb.skips.optout`)
 
+def read_whole(p:Path)->bytes:
+    "The bytes of `p` from one open file: a file replaced (`os.replace`) while it is read is read whole, old or new, never torn"
+    with open(p, 'rb') as f: return f.read()
+
 def read_id_column(p:Path, what:str)->set:
     "The `id` column of the Parquet file `p` (empty when it is missing); `ValueError` naming it when damaged"
-    if not p.exists(): return set()
-    try: return set(pq.read_table(p, columns=['id'])['id'].to_pylist())
+    try: raw = read_whole(p)  # pyarrow given a path opens it again for the row groups: a rename in between tears the read
+    except FileNotFoundError: return set()
+    try: return set(pq.read_table(pa.BufferReader(raw), columns=['id'])['id'].to_pylist())
     except Exception as e:
         raise ValueError(f'{p}: the {what} cannot be read ({type(e).__name__}: {e}); nothing is served '
                          'from trees that honour it until it is restored') from None
 
+def abs_table(table:str|Path|None, # a Lance table: a local path (relative to the working folder) or a URI
+             )->str|None:
+    "`table` as trees record it: a local path made absolute, a URI as it is"
+    if not table or '://' in str(table): return str(table) if table else None
+    return os.path.abspath(str(table))
+
 def ledger_path(table:str|Path, # the Lance table (a local path)
                )->Path:
-    "Where the opt-out ledger of `table` lives: beside it, `<table>.optouts.parquet`"
-    return Path(str(table).rstrip('/') + '.optouts.parquet')
+    "Where the opt-out ledger of `table` lives: beside it, `<table>.optouts.parquet` (an absolute path)"
+    return Path(abs_table(str(table).rstrip('/')) + '.optouts.parquet')
 
 def read_ledger(table:str|Path|None, # the Lance table, or None
                )->set:
@@ -343,12 +372,33 @@ def read_ledger(table:str|Path|None, # the Lance table, or None
     if not table or '://' in str(table): return set()
     return read_id_column(ledger_path(table), 'opt-out ledger')
 
+def resolve_table(table:str|None, # the table a tree's `bucket.json` names
+                  root:str|Path, # the tree (a local folder)
+                  from_tree:str|None=None, # the same table relative to the tree (`table_from_tree`), when recorded
+                 )->str|None:
+    "The recorded table as an absolute path, never resolved against the working folder: first where `from_tree` puts it (a run folder copied whole), then `table` when absolute; a relative `table` (trees written before paths were recorded absolute) is looked for beside the tree and in every folder above it"
+    if not table or '://' in table: return table
+    base = Path(os.path.abspath(root))
+    found = lambda p: p.is_dir() or ledger_path(p).exists()
+    if from_tree and found(p := Path(os.path.normpath(base / from_tree))): return str(p)
+    if os.path.isabs(table): return table
+    return next((str(a / table) for a in [base, *base.parents] if found(a / table)), None)
+
+def recorded_table(root:str|Path, # an MDS tree
+                  )->tuple:
+    "(table, table_from_tree) as the tree's buckets name them in `bucket.json` ((None, None): no finished bucket)"
+    for p in sorted(Path(root).glob('[0-9]*/*/bucket.json')):
+        if re.fullmatch(r'\d+x\d+', p.parent.name):
+            try: m = json.loads(read_whole(p))
+            except ValueError as e: raise ValueError(f'{p}: cannot be read ({e}); restore it or delete the bucket folder') from None
+            return m.get('table'), m.get('table_from_tree')
+    return None, None
+
 def tree_table(root:str|Path, # an MDS tree
               )->str|None:
-    "The Lance table the tree was written from (its buckets' `bucket.json` name it), or None"
-    for p in sorted(Path(root).glob('[0-9]*/*/bucket.json')):
-        if re.fullmatch(r'\d+x\d+', p.parent.name): return json.loads(p.read_text()).get('table')
-    return None
+    "The Lance table the tree was written from (its buckets' `bucket.json` name it) as an absolute path, or None"
+    table, from_tree = recorded_table(root)
+    return resolve_table(table, root, from_tree)
 
 def read_optouts(root:str|Path, # an MDS tree
                 )->set:
@@ -361,13 +411,21 @@ def _alive(pid:int)->bool:
     except ProcessLookupError: return False
     except PermissionError: return True
 
+def sweep_tmp(folder:str|Path, # an MDS tree, a bucket, or the folder of a table's ledger
+              pattern:str='**/*.tmp[0-9]*', # which temporary files
+             )->list:
+    "Remove the temporary files (`NAME.tmpPID`) of processes that are gone: what a killed write leaves; their paths"
+    gone = []
+    for p in Path(folder).glob(pattern):
+        pid = p.name.rsplit('.tmp', 1)[1]
+        if p.is_file() and pid.isdigit() and not _alive(int(pid)): p.unlink(missing_ok=True); gone.append(p)
+    return gone
+
 def clean_leftovers(out:str|Path, # an MDS tree
                    )->list:
     "Remove what killed runs left in `out`: temporary files of processes that are gone, and the parts of finished buckets"
-    gone, out = [], Path(out)
-    for p in out.glob('**/*.tmp[0-9]*'):
-        pid = p.name.rsplit('.tmp', 1)[1]
-        if p.is_file() and pid.isdigit() and not _alive(int(pid)): p.unlink(missing_ok=True); gone.append(p)
+    out = Path(out)
+    gone = sweep_tmp(out)
     for pdir in out.glob('*/*.parts'):
         if (pdir.with_name(pdir.name[:-len('.parts')]) / 'bucket.json').exists():
             shutil.rmtree(pdir, ignore_errors=True); gone.append(pdir)
@@ -380,7 +438,7 @@ def write_record(root:str|Path, # an MDS tree
                 )->None:
     "Make the tree's opt-out record exactly `ids`, atomically, noting how many ledger ids of `table` it holds"
     root = Path(root); root.mkdir(parents=True, exist_ok=True)
-    table = table or tree_table(root)
+    table = abs_table(table) or tree_table(root)
     led = read_ledger(table)
     meta = {'ledger': str(ledger_path(table)) if table and '://' not in str(table) else '',
             'ledger_ids': str(len(led)), 'ledger_missing': str(len(led - set(ids)))}
@@ -469,14 +527,20 @@ _BUCKET_NAME = re.compile(r'\d+x\d+')
 def iter_buckets(root:str|Path, # an MDS tree
                  complete:bool=True, # only finished buckets (`bucket.json`, written last, exists) that hold samples
                 ):
-    "The bucket folders of the tree at `root` (`<tier>/<W>x<H>`), sorted by tier, then name."
+    "The bucket folders of the tree at `root` (`<tier>/<W>x<H>`), sorted by tier, then name; `ValueError` for one that lost its `bucket.json`"
     root = Path(root)
     tiers = [p for p in root.iterdir() if p.is_dir() and p.name.isdigit()] if root.is_dir() else []
     for t in sorted(tiers, key=lambda p: int(p.name)):
         buckets = [p for p in t.iterdir() if p.is_dir() and _BUCKET_NAME.fullmatch(p.name)]  # never `.partial`
         for b in sorted(buckets):
             if not complete: yield b
-            elif (b / 'bucket.json').exists() and not empty_bucket(b): yield b
+            elif (b / 'bucket.json').exists():
+                if not empty_bucket(b): yield b
+            elif any(b.iterdir()):  # finished buckets are renamed into place with it: one without it lost it
+                raise ValueError(f'{b / "bucket.json"}: missing, and the bucket folder holds files: it lost its bucket.json '
+                                 '(or a write into it was killed), so it is not served and not passed over; rerun '
+                                 '`prx_write_mds` (it writes the bucket again, keeping its skip lists), restore the file, '
+                                 'or delete the folder')
 
 # %% ../nbs/07_mds.ipynb #5cbee65b
 def bucket_key(bucket:Path, # a bucket folder
@@ -517,23 +581,85 @@ def read_sidecar(p:Path, # a skip-list sidecar
         raise ValueError(f'{p}: damaged skip list ({type(e).__name__}: {e}); restore it or rebuild it '
                          '(prx_dedup, prx_skip); nothing is served from this bucket until then') from None
 
+SKIP_RECORD = 'skiplists.json'  # per bucket: every skip-list sidecar written there, so a lost one is found
+
+@contextlib.contextmanager
+def _record_lock(bucket:Path):
+    "An exclusive lock on the bucket's sidecar record, across processes (its own lock file: callers may hold `.prx.lock`)"
+    with open(Path(bucket) / '.prx.record.lock', 'a') as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try: yield
+        finally: fcntl.flock(f, fcntl.LOCK_UN)
+
+def recorded_sidecars(bucket:Path, # a bucket folder
+                     )->set|None:
+    "(shard, reason) of every sidecar the bucket's `skiplists.json` records, or None for a bucket without one (written before it)"
+    p = Path(bucket) / SKIP_RECORD
+    try: v = json.loads(read_whole(p))
+    except FileNotFoundError: return None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f'{p}: damaged skip-list record ({type(e).__name__}: {e}); restore it, or delete it and run '
+                         '`prx_check`; nothing is served from this bucket until then') from None
+    try: return {(sh, r) for sh, rs in v['sidecars'].items() for r in rs}
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f'{p}: damaged skip-list record (no sidecars: {e}); restore it') from None
+
+def _record_sidecar(bucket:Path, shard:str, reason:str, present:bool):
+    "Note in the bucket's record that `reason`'s sidecar of `shard` exists (`present`) or was removed, atomically"
+    b = Path(bucket)
+    with _record_lock(b):
+        have = recorded_sidecars(b)
+        if have is None: have = {(sh, r) for _, sh, r in skip_files(b)}  # a bucket written before the record: what is there
+        have = (have | {(shard, reason)}) if present else (have - {(shard, reason)})
+        per = {}
+        for sh, r in sorted(have): per.setdefault(sh, []).append(r)
+        tmp = b / f'{SKIP_RECORD}.tmp{os.getpid()}'
+        tmp.write_text(json.dumps(dict(made_by='prx_nb.mds.write_sidecar', sidecars=per), indent=1))
+        os.replace(tmp, b / SKIP_RECORD)
+
+def missing_sidecars(bucket:Path, # a bucket folder
+                     reasons=None, # the reasons that matter (None: all)
+                    )->list:
+    "Paths of the sidecars of `reasons` that the bucket's record names and that are gone"
+    rec = recorded_sidecars(bucket)
+    if not rec: return []
+    have = {(sh, r) for _, sh, r in skip_files(bucket)}
+    return [skip_path(bucket, sh, r) for sh, r in sorted(rec - have) if reasons is None or r in reasons]
+
+def refuse_missing(missing:list):
+    "The `ValueError` a reader stops with when recorded sidecars are gone"
+    raise ValueError(f'{missing[0]}: missing (the bucket\'s {SKIP_RECORD} records it{f"; and {len(missing) - 1} more" if len(missing) > 1 else ""}): '
+                     'the samples it skips cannot be held back, so nothing is served from this bucket; restore it, or '
+                     'rebuild the skip lists (prx_dedup, prx_filter, prx_skip, prx_optout --sync)')
+
 def write_sidecar(bucket:Path, # a bucket folder
                   shard:str, # a shard's file name there
                   reason:str, # the skip list's reason (a word)
                   indices:list, # the skipped sample indices of `shard` (sorted, unique)
                   made_by:str, # recorded in the sidecar
                  )->Path:
-    "Write `reason`'s skip list of `shard` in `bucket`, atomically; its path."
+    "Write `reason`'s skip list of `shard` in `bucket`, atomically, and record it in the bucket's `skiplists.json`; its path."
     p = skip_path(bucket, shard, reason)
     tmp = p.with_name(p.name + f'.tmp{os.getpid()}')
     tmp.write_text(json.dumps(dict(made_by=made_by, shard=shard, reason=reason, indices=list(indices),
                                    updated_at=time.strftime('%Y-%m-%dT%H:%M:%S'))))
+    _record_sidecar(bucket, shard, reason, True)  # recorded first: a sidecar on disk is always on the record
     os.replace(tmp, p)
     return p
+
+def remove_sidecar(bucket:Path, # a bucket folder
+                   shard:str, # a shard's file name there
+                   reason:str, # the skip list's reason
+                  ):
+    "Remove `reason`'s skip list of `shard` (it skips nothing now) and its entry in the bucket's record"
+    p = skip_path(bucket, shard, reason)
+    p.unlink(missing_ok=True)
+    if (Path(bucket) / SKIP_RECORD).exists() or skip_files(bucket): _record_sidecar(bucket, shard, reason, False)
 
 # %% ../nbs/07_mds.ipynb #c0ffee18
 def _skips_by_id(bucket:Path)->dict:
     "reason → ids on its skip lists in the bucket folder `bucket` (read through its manifest)."
+    if gone := missing_sidecars(bucket): refuse_missing(gone)
     sides = skip_files(bucket)
     if not sides: return {}
     man = bucket / 'manifest.parquet'
@@ -585,7 +711,9 @@ def copy_bucket(src:Path, # a bucket folder
     digest = _ids_digest(kept['id'].to_pylist())
     _seal_part(tmp, part, man=kept, rej=_REJECTED.empty_table(), info=dict(ids_digest=digest))
     meta = json.loads((src / 'bucket.json').read_text())
-    meta |= dict(made_by=made_by, copied_from=str(src), dropped=man.num_rows - kept.num_rows)
+    meta |= dict(made_by=made_by, copied_from=os.path.abspath(src), dropped=man.num_rows - kept.num_rows)
+    if table := tree_table(src.parent.parent):  # the table as seen from the new tree
+        meta |= dict(table=table, table_from_tree=os.path.relpath(table, os.path.abspath(dst.parent.parent))) if '://' not in table else dict(table=table)
     res = merge_parts([part], dst, meta)
     shutil.rmtree(pdir, ignore_errors=True)
     return res

@@ -150,7 +150,39 @@ def _check_values(c:dict, where:str):
     if c['dedup']['radius'] < 0: bad('dedup.radius', 'must be >= 0')
     try: _bucketer(c['mds'])
     except ValueError as e: bad('mds', str(e))
-    if c['optout']['ids'] and not Path(c['optout']['ids']).is_file(): bad('optout.ids', f"names {c['optout']['ids']}, which is not a file")
+    m = c['mds']
+    if m['part_rows'] < 1: bad('mds.part_rows', f"must be at least 1, got {m['part_rows']}")
+    if m['shard_bytes'] < 1 << 20: bad('mds.shard_bytes', f"must be at least 1 MiB (1048576), got {m['shard_bytes']}")
+    if m['where'] and (why := _sql_problem(m['where'])): bad('mds.where', f"is not an SQL condition ({why}): {m['where']!r}")
+    for s in c['ingest']['sources']:
+        src = parse_source(s)
+        if src.kind == 'folder' and not any(f.is_file() for f in Path(src.path).rglob('*')):
+            bad('ingest.sources', f'has {s!r}: the folder {src.path} holds no file')
+    _check_columns(c, bad)
+    if c['optout']['ids']:
+        if not Path(c['optout']['ids']).is_file(): bad('optout.ids', f"names {c['optout']['ids']}, which is not a file")
+        from prx_nb.skips import read_ids
+        try: read_ids(c['optout']['ids'])
+        except ValueError as e: bad('optout.ids', str(e))
+
+def _sql_problem(where:str)->str|None:
+    "Why `where` does not parse as an SQL condition (None when it does); columns are not looked up"
+    import duckdb
+    try: duckdb.extract_statements(f"SELECT 1 FROM t WHERE ({where.replace('`', chr(34))})")
+    except duckdb.Error as e: return str(e).splitlines()[0]
+    return None
+
+def _check_columns(c:dict, bad):
+    "The caption columns [mds] and [classify] name: ones ingest or captioning makes, or ones the table already has"
+    p = _paths(c)
+    have = {'caption_source'}
+    if c['caption']['enabled']: have.add(f"caption_{c['caption']['name']}")
+    if Path(p['table']).is_dir():
+        try: have |= set(lance.dataset(p['table']).schema.names)
+        except Exception: pass  # a damaged table is the ingest stage's to report
+    for key, col in (('mds.caption_column', c['mds']['caption_column']), ('classify.caption_column', c['classify']['caption_column'] if c['classify']['enabled'] else '')):
+        if col and col not in have:
+            bad(key, f'names {col!r}, which neither the table ({p["table"]}) has nor a stage makes; columns there: {sorted(have)}')
 
 def _caption_backend(k:dict)->Backend:
     "The captioner `Backend` of the [caption] options (it checks the backend's name)."
@@ -315,7 +347,7 @@ def _optout_stage(c:dict, p:dict, progress:bool)->StageRun:
     return StageRun('optout', 'ran', rows_in=len(ids), reasons=dict(optout=n), outputs=dict(not_in_tree=r['not_found']))
 
 # %% ../nbs/09_pipeline.ipynb #e77fac6d
-_STAGES = [  # name, function, applies when, the options in its key
+_STAGES = [  # name, function, applies when, the options in its key; opt-outs before the tree: it never holds them
     ('ingest', _ingest_stage, lambda c: True, lambda c, p: [c['ingest'], sources_digest(c['ingest']['sources'])]),
     ('compact', _compact_stage, lambda c: c['run']['compact_fragments'] > 0, lambda c, p: [c['run']['compact_fragments']]),
     ('profile', _profile_stage, lambda c: c['profile']['enabled'], lambda c, p: []),
@@ -323,10 +355,10 @@ _STAGES = [  # name, function, applies when, the options in its key
     ('explore', _explore_stage, lambda c: c['explore']['enabled'], lambda c, p: []),
     ('caption', _caption_stage, lambda c: c['caption']['enabled'], lambda c, p: [c['caption']]),
     ('classify', _classify_stage, lambda c: c['classify']['enabled'], lambda c, p: [c['classify'], p['classify_column']]),
+    ('optout', _optout_stage, lambda c: bool(c['optout']['ids']), lambda c, p: [Path(c['optout']['ids']).read_text()]),
     ('mds', _mds_stage, lambda c: True, lambda c, p: [c['mds'], p['mds_column']]),
     ('dedup', _dedup_stage, lambda c: c['dedup']['enabled'], lambda c, p: [c['dedup']]),
     ('filter', _filter_stage, lambda c: c['filter']['enabled'], lambda c, p: [c['filter']]),
-    ('optout', _optout_stage, lambda c: bool(c['optout']['ids']), lambda c, p: [Path(c['optout']['ids']).read_text()]),
 ]
 
 # %% ../nbs/09_pipeline.ipynb #4c12bb59

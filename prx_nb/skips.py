@@ -13,13 +13,14 @@ from tqdm.auto import tqdm
 from .core import call_parse
 from .mds import (BucketWrite, iter_buckets, bucket_key, skip_path, skip_files, read_sidecar, write_sidecar,
                         read_optouts, read_ledger, copy_bucket, ledger_path, tree_table, write_record, check_bucket,
-                        OPTOUT, read_id_column, refuse_damaged, empty_bucket)
+                        OPTOUT, read_id_column, refuse_damaged, empty_bucket, remove_sidecar, missing_sidecars,
+                        refuse_missing, SKIP_RECORD, abs_table, read_whole, recorded_table, sweep_tmp, recorded_sidecars)
 
 # %% auto #0
-__all__ = ['REMOTE_RECORD', 'locked', 'set_skips', 'add_skips', 'read_skips', 'skip_reasons', 'skip_ids', 'optout_indices',
-           'stream_optouts', 'stale_optouts', 'fetch_tree_files', 'SkipStreamingDataset', 'keep_samples', 'skip_stats',
-           'optout', 'sync_optouts', 'rewrite_bucket', 'rewrite', 'check_tree', 'read_ids', 'prx_skip', 'prx_optout',
-           'prx_skip_stats', 'prx_rewrite', 'prx_check']
+__all__ = ['REMOTE_RECORD', 'REWRITE_MARK', 'locked', 'set_skips', 'add_skips', 'read_skips', 'skip_shards', 'skip_reasons',
+           'skip_ids', 'optout_indices', 'stream_optouts', 'stale_optouts', 'fetch_tree_files', 'SkipStreamingDataset',
+           'keep_samples', 'skip_stats', 'optout', 'sync_optouts', 'rewrite_bucket', 'rewrite', 'check_tree',
+           'read_ids', 'prx_skip', 'prx_optout', 'prx_skip_stats', 'prx_rewrite', 'prx_check']
 
 # %% ../nbs/07a_skips.ipynb #76e84d33
 @contextlib.contextmanager
@@ -40,9 +41,9 @@ def set_skips(bucket:Path, # a bucket folder
               made_by:str='prx_nb.skips.set_skips', # recorded in the sidecar
              )->int:
     "Make `reason`'s skip list of `shard` exactly `indices`, atomically; returns its length."
-    p, new = skip_path(bucket, shard, reason), sorted({int(i) for i in indices})
+    new = sorted({int(i) for i in indices})
     if not new:
-        p.unlink(missing_ok=True)
+        remove_sidecar(bucket, shard, reason)
         return 0
     write_sidecar(bucket, shard, reason, indices=new, made_by=made_by)
     return len(new)
@@ -65,7 +66,8 @@ def add_skips(bucket:Path, # a bucket folder
 def read_skips(bucket:Path, # a bucket folder
                reasons=None, # the reasons to union (None: all)
               )->dict:
-    "Shard basename → set of skipped indices in the bucket folder `bucket`, over `reasons`."
+    "Shard basename → set of skipped indices in the bucket folder `bucket`, over `reasons`; `ValueError` naming a recorded sidecar that is gone."
+    if gone := missing_sidecars(bucket, reasons): refuse_missing(gone)
     out = {}
     for p, shard, reason in skip_files(bucket):
         if reasons is None or reason in reasons:
@@ -73,6 +75,13 @@ def read_skips(bucket:Path, # a bucket folder
     return out
 
 # %% ../nbs/07a_skips.ipynb #ffd2cd7c
+def skip_shards(bucket:Path, # a bucket folder
+                reason:str, # a skip-list reason
+               )->set:
+    "The shards of `bucket` with a `reason` skip list, on disk or on its record (a verb that rebuilds the lists restores lost ones)"
+    rec = recorded_sidecars(bucket) or set()
+    return {sh for _, sh, r in skip_files(bucket) if r == reason} | {sh for sh, r in rec if r == reason}
+
 def skip_reasons(root:Path, # an MDS tree, or one bucket folder
                 )->set:
     "Every reason with a skip list anywhere under the MDS tree `root`."
@@ -85,6 +94,7 @@ def skip_ids(root:str|Path, # the MDS tree
             )->dict:
     "Add the samples of `ids` to `reason`'s skip lists; {bucket: n added, 'not_found': n}."
     root, want, found = Path(root), set(ids), set()
+    sweep_tmp(root)
     res, unverified = {}, []
     for b in iter_buckets(root):
         man = b / 'manifest.parquet'
@@ -134,6 +144,7 @@ def stream_optouts(st, # a `streaming.Stream` over one bucket of a tree
         if key not in trees:
             bj = local / 'bucket.json'
             table = json.loads(bj.read_text()).get('table') if bj.exists() else None
+            if table and '://' not in table and not os.path.isabs(table): table = None  # relative to a folder of the writer's
             trees[key] = read_id_column(local / REMOTE_RECORD, 'opt-out record') | read_ledger(table)
         return trees[key]
     root = local.parent.parent  # the record and the ledger: read once per tree, not per bucket
@@ -180,11 +191,16 @@ def fetch_tree_files(st, # a `streaming.Stream` with `remote`
     root = remote.rsplit('/', 2)[0]
     names = _remote_names(remote)
     sides = [n for n in names if n.startswith('shard.') and '.mds.skip.' in n and n.endswith('.json')]
-    want = [(f'{remote}/{n}', local / n) for n in ['bucket.json', 'manifest.parquet'] + sides if n in names]
+    if miss := [n for n in ('bucket.json', 'index.json', 'manifest.parquet') if n not in names]:
+        raise ValueError(f'{remote}/{miss[0]}: missing from the remote bucket ({", ".join(miss)} gone); its samples cannot be '
+                         'served or checked against the skip lists; restore it, or run `prx_check` on the tree')
+    st._prx_names = set(names)  # the shards index.json lists are checked against it
+    want = [(f'{remote}/{n}', local / n) for n in ['bucket.json', 'manifest.parquet', SKIP_RECORD] + sides if n in names]
     if OPTOUT in _remote_names(root, OPTOUT): want.append((f'{root}/{OPTOUT}', local / REMOTE_RECORD))
     else: (local / REMOTE_RECORD).unlink(missing_ok=True)
     for p, _, _ in skip_files(local):
         if p.name not in sides: p.unlink(missing_ok=True)  # removed on the remote since
+    if SKIP_RECORD not in names: (local / SKIP_RECORD).unlink(missing_ok=True)
     for src, dst in want:
         tmp = dst.with_name(dst.name + f'.tmp{os.getpid()}')
         try: st._downloader.download(src, str(tmp), st.download_timeout)
@@ -203,6 +219,7 @@ class SkipStreamingDataset(StreamingDataset):
                  *,
                  reasons=None, # skip-list reasons to apply (None: every reason present)
                  on_skip:str='substitute', # 'substitute' a kept sample for a skipped one, or 'drop' it
+                 validate_hash:bool|str|None=None, # check every shard's SHA-1 against `index.json`: remote ones as they are downloaded (None: on for remote streams), local ones once at set-up (None: off)
                  **kwargs, # everything `StreamingDataset` takes
                 ):
         if on_skip not in ('substitute', 'drop'):
@@ -220,6 +237,7 @@ class SkipStreamingDataset(StreamingDataset):
                 time.sleep(0.02 + 0.08 * np.random.default_rng().random())
         for st in self.streams:  # skip lists, manifests and the record travel with `remote=`; local shards are checked
             if st.remote: fetch_tree_files(st)
+        self.validate_hash = validate_hash
         self._check_shards()
         self.reasons = None if reasons is None else set(reasons) | {'optout'}  # opt-outs always apply
         self.on_skip = on_skip
@@ -247,15 +265,67 @@ def _shard_skips(self:SkipStreamingDataset)->list:
 # %% ../nbs/07a_skips.ipynb #c0ffee25
 @patch
 def _check_shards(self:SkipStreamingDataset):
-    "Stop, naming the file, when a shard read from disk is missing or not the size `index.json` gives."
+    "Stop, naming the file or object, when a shard is missing, not the size `index.json` gives, or has a damaged header (and, with `validate_hash`, a changed SHA-1)"
+    from prx_nb.mds import shard_header_problem, _sha1
+    self._where = {}
     for sid, shard in enumerate(self.shards):
         st = self.streams[self.stream_per_shard[sid]]
-        p = _stream_dir(st) / shard.raw_data.basename
-        if st.remote and not p.exists(): continue  # downloaded when it is read
-        if not p.exists(): raise ValueError(f'{p} is missing (its index.json lists it); restore it, or run `prx_check`')
-        if (n := p.stat().st_size) != shard.raw_data.bytes:
-            raise ValueError(f'{p}: {n:,} bytes, index.json says {shard.raw_data.bytes:,} (truncated or replaced); '
-                             'restore it, or run `prx_check`')
+        raw = shard.raw_data
+        p = _stream_dir(st) / raw.basename
+        self._where[str(p)] = (st, raw.basename)
+        if st.remote:
+            sha = (raw.hashes or {}).get('sha1')
+            if self.validate_hash is not False and sha and not st.validate_hash: st.validate_hash = 'sha1'  # as it downloads
+            names = getattr(st, '_prx_names', None)
+            if names is not None and raw.basename not in names:
+                raise ValueError(f'{_remote_obj(st, raw.basename)}: missing from the remote bucket (its index.json lists it); '
+                                 'restore it, or run `prx_check` on the tree it was copied from')
+            if not p.exists(): continue  # downloaded (and its SHA-1 checked) when it is read
+        elif not p.exists(): raise ValueError(f'{p} is missing (its index.json lists it); restore it, or run `prx_check`')
+        why = (f'{n:,} bytes, index.json says {raw.bytes:,} (truncated or replaced)' if (n := p.stat().st_size) != raw.bytes
+               else shard_header_problem(p, shard.samples))
+        if not why and self.validate_hash and (sha := (raw.hashes or {}).get('sha1')) and _sha1(p) != sha:
+            why = 'SHA-1 differs from the one index.json records: its bytes changed'
+        if why and st.remote:  # a damaged copy in the cache: gone, so that it is downloaded again
+            p.unlink(missing_ok=True); continue
+        if why: raise ValueError(f'{p}: {why}; restore it, or run `prx_check`')
+
+def _remote_obj(st, name:str)->str:
+    "The remote object `name` of stream `st`"
+    return st.remote.rstrip('/') + ('/' + st.split if st.split else '') + '/' + name
+
+@patch
+def on_exception(self:SkipStreamingDataset, future):
+    "Keep a download thread's error for the iterating process to raise (Mosaic raises it inside the callback, where it is lost)"
+    if (e := future.exception()) is not None:
+        self._thread_error = getattr(self, '_thread_error', None) or e
+        self._event.set()
+
+@patch
+def _download_error(self:SkipStreamingDataset, e:BaseException)->ValueError:
+    "One error naming the remote object (bucket, shard) that a download or read failed on"
+    msg = str(e)
+    where = next(((st, name, path) for path, (st, name) in getattr(self, '_where', {}).items()
+                  if path in msg or (st.remote and _remote_obj(st, name) in msg)), None)
+    if where is None: return ValueError(f'a shard could not be read or downloaded ({type(e).__name__}: {msg}); '
+                                        'nothing more is served: restore it, or run `prx_check`')
+    st, name, path = where
+    if 'Checksum failure' in msg: Path(path).unlink(missing_ok=True)  # never read again from the cache
+    obj = _remote_obj(st, name) if st.remote else path
+    why = ('its SHA-1 differs from the one index.json records (damaged or replaced)' if 'Checksum failure' in msg else
+           'not found' if isinstance(e, FileNotFoundError) or 'not found' in msg.lower() else f'{type(e).__name__}: {msg}')
+    return ValueError(f'{obj}: {why} (bucket {_stream_dir(st)}, shard {name}); the epoch stops here rather than end short: '
+                      'restore the object, or run `prx_check` on the tree')
+
+@patch
+def __iter__(self:SkipStreamingDataset):
+    "The stock iteration; a download thread's failure is raised here, naming the object, instead of ending the epoch short"
+    self._thread_error = None
+    if getattr(self, '_event', None) is not None and self._event.is_set(): self._event.clear()  # a failed epoch before
+    try: yield from StreamingDataset.__iter__(self)
+    except (RuntimeError, FileNotFoundError, OSError) as e:
+        raise self._download_error(self._thread_error or e) from None
+    if self._thread_error is not None: raise self._download_error(self._thread_error) from None
 
 # %% ../nbs/07a_skips.ipynb #4cc76715
 @patch
@@ -345,6 +415,7 @@ def _add_to_ledger(table:str, ids:list):
     import lance
     p = ledger_path(table)
     with locked(p.parent):
+        sweep_tmp(p.parent, p.name + '.tmp[0-9]*')
         old = pq.read_table(p) if p.exists() else None
         have = set(old['id'].to_pylist()) if old is not None else set()
         new = [i for i in ids if i not in have]
@@ -363,7 +434,7 @@ def optout(root:str|Path, # the MDS tree
     "Skip `ids` everywhere in the tree (reason `optout`) and record them, in the tree and with its table."
     root = Path(root)
     ids = sorted(set(ids))
-    table = table or tree_table(root)
+    table = abs_table(table) or tree_table(root)
     if table and '://' not in str(table): _add_to_ledger(str(table), ids)  # the source of truth: every later tree
     with locked(root):  # the record first: once it holds an id, no loader serves it
         write_record(root, read_optouts(root) | set(ids), table=table)
@@ -375,6 +446,8 @@ def sync_optouts(root:str|Path, # the MDS tree
     return optout(root, read_optouts(root))
 
 # %% ../nbs/07a_skips.ipynb #ae13a8d9
+REWRITE_MARK = 'rewrite.json'  # in a rewritten tree: its source and options, and whether it finished
+
 def rewrite_bucket(src:Path, # a bucket folder
                    dst:Path, # the fresh bucket folder
                    *,
@@ -400,16 +473,36 @@ def rewrite(root:str|Path, # the MDS tree
             reasons=None, # skip-list reasons to apply (None: all)
             shard_bytes:int=128 << 20, # shard size limit
             progress:bool=True, # show a progress bar
+            overwrite:bool=False, # `out` holds another tree or a finished rewrite: delete it and rewrite it whole (else: refuse)
            )->dict:
-    "A fresh MDS tree in `out`: the samples of `root` that no skip list names."
+    "A fresh MDS tree in `out`: the samples of `root` that no skip list names; a killed rewrite into `out` resumes."
+    import shutil
     root, out = Path(root), Path(out)
+    if Path(os.path.abspath(out)) in [Path(os.path.abspath(root)), *Path(os.path.abspath(root)).parents] or \
+       Path(os.path.abspath(root)) in Path(os.path.abspath(out)).parents:
+        raise ValueError(f'{out}: the new tree cannot be the tree {root} itself, inside it or above it; give another folder')
+    mark = out / REWRITE_MARK
+    me = dict(source=os.path.abspath(root), reasons=None if reasons is None else sorted(reasons), shard_bytes=shard_bytes)
+    if out.is_dir() and any(out.iterdir()):
+        try: was = json.loads(read_whole(mark))
+        except (FileNotFoundError, ValueError): was = None
+        resume = was is not None and not was.get('finished') and {k: was.get(k) for k in me} == me
+        if not resume and not overwrite:
+            what = ('a finished rewrite of ' + str(was.get('source')) if was and was.get('finished') else
+                    'an unfinished rewrite with other options' if was else 'files that no rewrite wrote')
+            raise ValueError(f'{out}: holds {what}; a rewrite goes into an empty folder (a killed one resumes): '
+                             'give another folder, or overwrite=True (prx_rewrite --overwrite) to rewrite it whole')
+        if not resume: shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f'{REWRITE_MARK}.tmp{os.getpid()}'
+    tmp.write_text(json.dumps(me | dict(finished=False))); os.replace(tmp, mark)
     excl = read_optouts(root) | read_optouts(out)  # what either tree must never serve, kept in the new one
     if excl: write_record(out, excl, table=tree_table(root))
     buckets = list(iter_buckets(root))
     how = dict(reasons=reasons, exclude=excl, shard_bytes=shard_bytes)
     res = {bucket_key(b): rewrite_bucket(b, out / bucket_key(b), **how)
            for b in tqdm(buckets, desc='rewrite', unit='bucket', disable=not progress)}
+    tmp.write_text(json.dumps(me | dict(finished=True, finished_at=time.strftime('%Y-%m-%dT%H:%M:%S')))); os.replace(tmp, mark)
     return {k: v for k, v in res.items() if v is not None}
 
 # %% ../nbs/07a_skips.ipynb #c0ffee31
@@ -419,6 +512,10 @@ def _check_sidecars(b:Path, samples:dict)->list:
     for p in sorted(b.iterdir()):
         if '.skip.' in p.name.lower() and not re.fullmatch(r'shard\.\d+\.mds\.skip\.[\w-]+\.json(\.tmp\d+)?', p.name):
             out.append(('error', p, 'not a skip-list name (shard.NNNNN.mds.skip.REASON.json): no reader reads it'))
+    try:
+        for p in missing_sidecars(b): out.append(('error', p, f'missing ({SKIP_RECORD} records it): the samples it skips are '
+                                                 'served by no reader until it is restored or rebuilt'))
+    except ValueError as e: out.append(('error', b / SKIP_RECORD, str(e).split(': ', 1)[1]))
     for p, shard, reason in skip_files(b):
         try: idx = read_sidecar(p)
         except ValueError as e: out.append(('error', p, str(e).split(': ', 1)[1])); continue
@@ -438,7 +535,12 @@ def check_tree(root:str|Path, # an MDS tree
     if not root.is_dir(): add('error', root, 'not a folder')
     try: opted = read_id_column(root / OPTOUT, 'opt-out record')
     except ValueError as e: add('error', root / OPTOUT, str(e).split(': ', 1)[1]); opted = set()
-    table = tree_table(root) if root.is_dir() else None
+    try: table = tree_table(root) if root.is_dir() else None
+    except ValueError as e: add('error', root, str(e)); table = None
+    else:
+        if root.is_dir() and table is None and (rec := recorded_table(root)[0]) and '://' not in rec:
+            add('note', root, f'its buckets name the table {rec!r} by a relative path found neither beside the tree nor '
+                'above it: its opt-out ledger is not read here, only the tree\'s own record')
     try:
         if behind := read_ledger(table) - opted:
             add('error', root / OPTOUT, f'lacks {len(behind)} id(s) of the ledger {ledger_path(table)} (opted out '
@@ -537,11 +639,12 @@ def prx_rewrite(mds:str=None, # root of the MDS tree (required)
                 reasons:str=None, # comma-separated reasons to apply (default: all)
                 shard_mb:int=128, # shard size limit in MB
                 quiet:bool=False, # no progress bar
+                overwrite:bool=False, # OUT holds another tree or a finished rewrite: delete it and rewrite it whole
                ):
     "A fresh MDS tree without the skipped (and opted-out) samples; bytes copied, never re-encoded."
     if not (mds and out): raise SystemExit('prx_rewrite: --mds and --out are required')
     try: res = rewrite(mds, out, reasons=reasons.split(',') if reasons else None, shard_bytes=shard_mb << 20,
-                       progress=not quiet)
+                       progress=not quiet, overwrite=overwrite)
     except ValueError as e: raise SystemExit(f'prx_rewrite: {e}') from None
     print(f'{sum(b.written for b in res.values()):,} samples in {len(res)} buckets in {out}')
 
