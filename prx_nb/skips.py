@@ -436,6 +436,7 @@ def optout(root:str|Path, # the MDS tree
     ids = sorted(set(ids))
     table = abs_table(table) or tree_table(root)
     if table and '://' not in str(table): _add_to_ledger(str(table), ids)  # the source of truth: every later tree
+    root.mkdir(parents=True, exist_ok=True)  # a tree not written yet (prx_run applies opt-outs first): its record waits for it
     with locked(root):  # the record first: once it holds an id, no loader serves it
         write_record(root, read_optouts(root) | set(ids), table=table)
     return skip_ids(root, 'optout', ids)

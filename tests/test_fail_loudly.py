@@ -247,3 +247,56 @@ def test_a_damaged_remote_tree_stops_with_one_error_naming_the_object(tree, s3, 
         n = len(served('s3://corpus/tree', local=str(tmp_path / 'cache')))
         pytest.fail(f'{damage}: an epoch of {n} samples ended without an error')
     assert f's3://corpus/{obj}' in str(e.value), str(e.value)
+
+
+# ---- prx_run: every value checked before a stage runs; opt-outs applied before the tree is written ----
+
+def run_config(tmp_path, demo, **sections):
+    from prx_nb.demo import demo_sources
+    from prx_nb.pipeline import config_text
+    c = dict(run=dict(out=str(tmp_path / 'out')), ingest=dict(sources=demo_sources(demo)), explore=dict(enabled=False),
+             classify=dict(caption_column='caption_source'), mds=dict(part_rows=8)) | sections
+    p = tmp_path / 'run.toml'
+    p.write_text(config_text(c))
+    return p
+
+
+@pytest.mark.parametrize('bad, key', [
+    (dict(mds=dict(part_rows=0)), 'mds.part_rows'),
+    (dict(mds=dict(shard_bytes=-1)), 'mds.shard_bytes'),
+    (dict(mds=dict(where='garbage where (')), 'mds.where'),
+    (dict(mds=dict(caption_column='caption_nope')), 'mds.caption_column'),
+    (dict(optout=dict(ids='LATIN1')), 'optout.ids'),
+    (dict(ingest=dict(sources=['folder:EMPTY'])), 'ingest.sources')])
+def test_prx_run_checks_every_value_before_any_stage_writes(tmp_path, demo, bad, key):
+    (tmp_path / 'empty').mkdir()
+    (tmp_path / 'latin1.txt').write_bytes('café_1\n'.encode('latin-1'))
+    subst = {'LATIN1': str(tmp_path / 'latin1.txt'), 'folder:EMPTY': f'folder:{tmp_path / "empty"}'}
+    bad = json.loads(json.dumps(bad).replace('"LATIN1"', json.dumps(subst['LATIN1'])).replace('"folder:EMPTY"', json.dumps(subst['folder:EMPTY'])))
+    r = subprocess.run([str(BIN / 'prx_run'), str(run_config(tmp_path, demo, **bad)), '--quiet'], capture_output=True, text=True)
+    assert r.returncode != 0 and key in r.stderr and 'Traceback' not in r.stderr, r.stderr
+    assert not (tmp_path / 'out' / 'corpus.lance').exists()  # no stage ran
+    if key == 'optout.ids': assert str(tmp_path / 'latin1.txt') in r.stderr
+
+
+@pytest.mark.slow
+def test_prx_run_never_writes_the_configured_optouts_into_the_tree(tmp_path, demo):
+    from prx_nb.demo import demo_sources
+    from prx_nb.sources import parse_source
+    import lance
+    cfg = run_config(tmp_path, demo, dedup=dict(enabled=False), classify=dict(enabled=False), filter=dict(enabled=False),
+                     profile=dict(enabled=False))
+    r = subprocess.run([str(BIN / 'prx_run'), str(cfg), '--quiet'], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    ids = sorted(lance.dataset(str(tmp_path / 'out' / 'corpus.lance')).to_table(columns=['id'], filter="status = 'ok'")['id'].to_pylist())[:3]
+    (tmp_path / 'ids.txt').write_text('\n'.join(ids) + '\n')
+    shutil.rmtree(tmp_path / 'out' / 'mds')
+    cfg = run_config(tmp_path, demo, dedup=dict(enabled=False), classify=dict(enabled=False), filter=dict(enabled=False),
+                     profile=dict(enabled=False), optout=dict(ids=str(tmp_path / 'ids.txt')))
+    r = subprocess.run([str(BIN / 'prx_run'), str(cfg), '--quiet'], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    in_tree = {i for b in iter_buckets(tmp_path / 'out' / 'mds') for i in pq.read_table(b / 'manifest.parquet')['id'].to_pylist()}
+    assert in_tree and not in_tree & set(ids)  # the shards never held them: no reader, stock or ours, can serve them
+    s = json.loads((tmp_path / 'out' / 'summary.json').read_text())
+    names = [st['name'] if isinstance(st, dict) else st for st in s.get('stages', [])]
+    assert not names or names.index('optout') < names.index('mds')

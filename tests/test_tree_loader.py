@@ -204,8 +204,6 @@ def test_the_loader_imports_without_lance_and_workers_print_no_fork_warning(tree
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason='open: one clean-clone run served every kept sample but one (web_crawl/pk0_q75) from the S3 '
-                   'emulation; passes in local runs; under investigation', strict=False)
 def test_a_tree_in_an_s3_emulation_streams_like_the_local_one(tmp_path, tree, s3):
     root, man, every, kept, whole = tree
     s3(root, 'corpus', 'tree')
