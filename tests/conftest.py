@@ -3,6 +3,18 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault('RAY_AUTH_MODE', 'disabled')
+
+
+def _more_descriptors(want=1 << 18):
+    "Mosaic keeps every StreamingDataset's shared memory open until the process exits (about 275 descriptors each, held by\n    atexit), and one pytest process builds a thousand datasets: raise the open-file limit where this user may"
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for lim in ((want, max(hard, want)), (hard, hard)):
+        try: resource.setrlimit(resource.RLIMIT_NOFILE, lim); return
+        except (ValueError, OSError): continue
+
+
+_more_descriptors()
 BAD = Path(__file__).parent / 'data' / 'bad'
 BIN = Path(sys.executable).parent
 

@@ -54,6 +54,9 @@ def test_a_damaged_or_missing_sidecar_does_not_let_an_opted_out_id_through(tree,
     if damage == 'delete': side.unlink()
     elif damage == 'empty': side.write_text(json.dumps({'indices': []}))
     else: side.rename(side.with_suffix('.JSON'))
+    if damage != 'empty':  # a list the bucket's record names is gone: the bucket is refused, naming it
+        with pytest.raises(ValueError, match=f'{side}: missing'): served(b)
+        optout(root, ['imgs/05.png', 'imgs/06.png'])  # puts the list back
     got, ds = served(b)
     assert not {'imgs/05.png', 'imgs/06.png'} & set(got) and ds.num_skipped == 2
 
@@ -133,11 +136,15 @@ def test_a_new_tree_from_the_same_table_and_a_second_rewrite_honour_earlier_opt_
     r = subprocess.run([str(BIN / 'prx_rewrite'), '--mds', str(root), '--out', str(root.parent / 'slim'), '--quiet'],
                        capture_output=True, text=True, check=True)
     optout(root, ['imgs/10.png'])  # opted out after the first rewrite
-    subprocess.run([str(BIN / 'prx_rewrite'), '--mds', str(root), '--out', str(root.parent / 'slim'), '--quiet'],
-                   capture_output=True, text=True, check=True)  # into the existing --out: its buckets are complete
+    r = subprocess.run([str(BIN / 'prx_rewrite'), '--mds', str(root), '--out', str(root.parent / 'slim'), '--quiet'],
+                       capture_output=True, text=True)  # into the existing --out: refused, naming it
+    assert r.returncode == 1 and f"{root.parent / 'slim'}: holds a finished rewrite" in r.stderr
+    subprocess.run([str(BIN / 'prx_rewrite'), '--mds', str(root), '--out', str(root.parent / 'slim'), '--quiet', '--overwrite'],
+                   capture_output=True, text=True, check=True)  # rewritten whole
     (sb,) = list(iter_buckets(root.parent / 'slim'))
     got = set(served(sb)[0])
-    assert not {'imgs/09.png', 'imgs/10.png'} & got and len(got) == 22
+    stock = {x['id'] for x in StreamingDataset(local=str(sb), batch_size=1, shuffle=False)}
+    assert not {'imgs/09.png', 'imgs/10.png'} & (got | stock) and len(got) == len(stock) == 22
 
 
 def stream_remote(remote, cache):
@@ -152,7 +159,10 @@ def test_streaming_from_a_remote_folder_applies_skip_lists_and_the_record_and_re
     remote = tmp_path / 'bucket_store'
     shutil.copytree(root, remote)  # the tree as uploaded: a different folder from the cache
     rb = remote / b.relative_to(root)
-    (rb / next(rb.glob('*.skip.optout.json')).name).unlink()  # even without its sidecar, the record holds
+    side = rb / next(rb.glob('*.skip.optout.json')).name
+    side.unlink()  # the remote lost a list its record names: refused, naming it
+    with pytest.raises(ValueError, match=f'{side.name}: missing'): stream_remote(rb, tmp_path / 'cache')
+    optout(remote, ['imgs/03.png'])  # the list is back on the remote
     got, ds = stream_remote(rb, tmp_path / 'cache')
     assert not {'imgs/03.png', 'imgs/04.png'} & set(got) and ds.num_skipped == 2
     del ds
