@@ -16,10 +16,10 @@ from .bucket import Bucketer
 
 # %% auto #0
 __all__ = ['MDS_COLUMNS', 'OPTOUT', 'SKIP_RECORD', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts',
-           'shard_header_problem', 'empty_bucket', 'check_bucket', 'refuse_damaged', 'write_bucket', 'read_whole',
-           'read_id_column', 'abs_table', 'ledger_path', 'read_ledger', 'resolve_table', 'recorded_table', 'tree_table',
-           'read_optouts', 'sweep_tmp', 'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds', 'iter_bucket',
-           'iter_buckets', 'bucket_key', 'skip_path', 'skip_files', 'read_sidecar', 'recorded_sidecars',
+           'shard_header_problem', 'empty_bucket', 'check_bucket', 'refuse_damaged', 'abs_table', 'write_bucket',
+           'read_whole', 'read_id_column', 'ledger_path', 'read_ledger', 'resolve_table', 'recorded_table',
+           'tree_table', 'read_optouts', 'sweep_tmp', 'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds',
+           'iter_bucket', 'iter_buckets', 'bucket_key', 'skip_path', 'skip_files', 'read_sidecar', 'recorded_sidecars',
            'missing_sidecars', 'refuse_missing', 'write_sidecar', 'remove_sidecar', 'copy_bucket', 'prx_write_mds']
 
 # %% ../nbs/07_mds.ipynb #67faddf4
@@ -292,6 +292,12 @@ def _complete(final:Path)->BucketWrite|None:
 
 def _chunks(rows:pa.Table, n:int)->list: return [rows.slice(i, n) for i in range(0, len(rows), n)] or [rows]
 
+def abs_table(table:str|Path|None, # a Lance table: a local path (relative to the working folder) or a URI
+             )->str|None:
+    "`table` as trees record it: a local path made absolute, a URI as it is"
+    if not table or '://' in str(table): return str(table) if table else None
+    return os.path.abspath(str(table))
+
 def _bucket_meta(ds, key:str, *, bucketer:Bucketer, caption_column:str, shard_bytes:int)->dict:
     return dict(made_by='prx_nb.mds.write_bucket', bucket=key, table=abs_table(ds.uri), lance_version=ds.version,
                 caption_column=caption_column, shard_bytes=shard_bytes, quality=bucketer.quality)
@@ -354,12 +360,6 @@ def read_id_column(p:Path, what:str)->set:
     except Exception as e:
         raise ValueError(f'{p}: the {what} cannot be read ({type(e).__name__}: {e}); nothing is served '
                          'from trees that honour it until it is restored') from None
-
-def abs_table(table:str|Path|None, # a Lance table: a local path (relative to the working folder) or a URI
-             )->str|None:
-    "`table` as trees record it: a local path made absolute, a URI as it is"
-    if not table or '://' in str(table): return str(table) if table else None
-    return os.path.abspath(str(table))
 
 def ledger_path(table:str|Path, # the Lance table (a local path)
                )->Path:

@@ -5,16 +5,26 @@ import pytest
 os.environ.setdefault('RAY_AUTH_MODE', 'disabled')
 
 
-def _more_descriptors(want=1 << 18):
-    "Mosaic keeps every StreamingDataset's shared memory open until the process exits (about 275 descriptors each, held by\n    atexit), and one pytest process builds a thousand datasets: raise the open-file limit where this user may"
-    import resource
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    for lim in ((want, max(hard, want)), (hard, hard)):
-        try: resource.setrlimit(resource.RLIMIT_NOFILE, lim); return
-        except (ValueError, OSError): continue
+def _release_shared_memory_with_its_dataset():
+    """Mosaic registers every shared-memory block a StreamingDataset opens with `atexit`, which keeps the block (and its
+    file descriptor) alive until the process exits, however long ago its dataset was dropped: one pytest process that
+    builds a thousand datasets runs out of descriptors. Here the same cleanup runs when the block is garbage-collected
+    (or at exit, whichever comes first); what a dataset holds while it lives is unchanged."""
+    import weakref
+    import streaming.base.shared.memory as mem
+    original = mem.SharedMemory.__init__
+
+    class Blocks:  # what `SharedMemory.cleanup` reads, without the object itself (a finalizer must not hold it)
+        fix_unregister = mem.SharedMemory.fix_unregister
+        def __init__(self, created, opened): self.created_shms, self.opened_shms = created, opened
+
+    def init(self, name=None, create=None, size=0, auto_cleanup=True):
+        original(self, name, create, size, auto_cleanup=False)
+        if auto_cleanup: weakref.finalize(self, mem.SharedMemory.cleanup, Blocks(self.created_shms, self.opened_shms))
+    mem.SharedMemory.__init__ = init
 
 
-_more_descriptors()
+_release_shared_memory_with_its_dataset()
 BAD = Path(__file__).parent / 'data' / 'bad'
 BIN = Path(sys.executable).parent
 
