@@ -174,9 +174,10 @@ def _sql_problem(where:str)->str|None:
 
 def _check_columns(c:dict, bad):
     "The caption columns [mds] and [classify] name: ones ingest or captioning makes, or ones the table already has"
-    p = _paths(c)
+    p = dict(table=c['run']['table'] or str(Path(c['run']['out']) / 'corpus.lance'))  # as `_paths` gives it
     have = {'caption_source'}
     if c['caption']['enabled']: have.add(f"caption_{c['caption']['name']}")
+    if c['explore']['enabled']: have.add('caption_tags')  # the explore stage's ImageNet tags
     if Path(p['table']).is_dir():
         try: have |= set(lance.dataset(p['table']).schema.names)
         except Exception: pass  # a damaged table is the ingest stage's to report

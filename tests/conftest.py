@@ -50,6 +50,10 @@ def s3(monkeypatch):
     from moto.server import ThreadedMotoServer
     with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
     server = ThreadedMotoServer(ip_address='127.0.0.1', port=port); server.start()
+    # moto keeps its buckets in process-global state, across servers: without a reset, a test's bucket still holds the
+    # objects an earlier test uploaded under the same keys (another tree's skip lists and opt-out record)
+    import requests
+    requests.post(f'http://127.0.0.1:{port}/moto-api/reset', timeout=30).raise_for_status()
     for k, v in dict(S3_ENDPOINT_URL=f'http://127.0.0.1:{port}', AWS_ACCESS_KEY_ID='test', AWS_SECRET_ACCESS_KEY='test',
                      AWS_DEFAULT_REGION='us-east-1').items(): monkeypatch.setenv(k, v)
     client = boto3.client('s3', endpoint_url=f'http://127.0.0.1:{port}')
