@@ -15,7 +15,7 @@ from .table import sql_in, image_bytes
 from .bucket import Bucketer
 
 # %% auto #0
-__all__ = ['MDS_COLUMNS', 'OPTOUT', 'SKIP_RECORD', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts',
+__all__ = ['MDS_COLUMNS', 'OPTOUT', 'SKIP_RECORD', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'file_sha1',
            'shard_header_problem', 'empty_bucket', 'check_bucket', 'refuse_damaged', 'abs_table', 'write_bucket',
            'read_whole', 'read_id_column', 'ledger_path', 'read_ledger', 'resolve_table', 'recorded_table',
            'tree_table', 'read_optouts', 'sweep_tmp', 'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds',
@@ -215,7 +215,9 @@ def merge_parts(parts:list, # finished part folders, in sample order
     return res
 
 # %% ../nbs/07_mds.ipynb #c0ffee11
-def _sha1(p:Path)->str:
+def file_sha1(p:Path, # a file
+             )->str:
+    "The SHA-1 of the file `p`, hex, read in 4 MiB blocks"
     import hashlib
     h = hashlib.sha1()
     with open(p, 'rb') as f:
@@ -263,7 +265,7 @@ def check_bucket(bucket:str|Path, # a bucket folder
         if not p.exists(): bad(p, 'missing (index.json lists it)'); continue
         if (n := p.stat().st_size) != raw['bytes']: bad(p, f'{n:,} bytes, index.json says {raw["bytes"]:,} (truncated or replaced)'); continue
         if why := shard_header_problem(p, s['samples']): bad(p, why); continue
-        if hashes and (want := (raw.get('hashes') or {}).get('sha1')) and _sha1(p) != want:
+        if hashes and (want := (raw.get('hashes') or {}).get('sha1')) and file_sha1(p) != want:
             bad(p, 'SHA-1 differs from the one index.json records: its bytes changed')
     if meta is not None and meta.get('samples', total) != total:
         bad(b / 'bucket.json', f'says {meta.get("samples")} samples, index.json holds {total}')
@@ -604,7 +606,7 @@ def recorded_sidecars(bucket:Path, # a bucket folder
     except (KeyError, TypeError, AttributeError) as e:
         raise ValueError(f'{p}: damaged skip-list record (no sidecars: {e}); restore it') from None
 
-def _record_sidecar(bucket:Path, shard:str, reason:str, present:bool):
+def _record_sidecar(bucket:Path, shard:str, reason:str, *, present:bool):
     "Note in the bucket's record that `reason`'s sidecar of `shard` exists (`present`) or was removed, atomically"
     b = Path(bucket)
     with _record_lock(b):
@@ -643,7 +645,7 @@ def write_sidecar(bucket:Path, # a bucket folder
     tmp = p.with_name(p.name + f'.tmp{os.getpid()}')
     tmp.write_text(json.dumps(dict(made_by=made_by, shard=shard, reason=reason, indices=list(indices),
                                    updated_at=time.strftime('%Y-%m-%dT%H:%M:%S'))))
-    _record_sidecar(bucket, shard, reason, True)  # recorded first: a sidecar on disk is always on the record
+    _record_sidecar(bucket, shard, reason, present=True)  # recorded first: a sidecar on disk is always on the record
     os.replace(tmp, p)
     return p
 
@@ -654,7 +656,7 @@ def remove_sidecar(bucket:Path, # a bucket folder
     "Remove `reason`'s skip list of `shard` (it skips nothing now) and its entry in the bucket's record"
     p = skip_path(bucket, shard, reason)
     p.unlink(missing_ok=True)
-    if (Path(bucket) / SKIP_RECORD).exists() or skip_files(bucket): _record_sidecar(bucket, shard, reason, False)
+    if (Path(bucket) / SKIP_RECORD).exists() or skip_files(bucket): _record_sidecar(bucket, shard, reason, present=False)
 
 # %% ../nbs/07_mds.ipynb #c0ffee18
 def _skips_by_id(bucket:Path)->dict:

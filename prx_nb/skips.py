@@ -266,7 +266,7 @@ def _shard_skips(self:SkipStreamingDataset)->list:
 @patch
 def _check_shards(self:SkipStreamingDataset):
     "Stop, naming the file or object, when a shard is missing, not the size `index.json` gives, or has a damaged header (and, with `validate_hash`, a changed SHA-1)"
-    from prx_nb.mds import shard_header_problem, _sha1
+    from prx_nb.mds import shard_header_problem, file_sha1
     self._where = {}
     for sid, shard in enumerate(self.shards):
         st = self.streams[self.stream_per_shard[sid]]
@@ -284,7 +284,7 @@ def _check_shards(self:SkipStreamingDataset):
         elif not p.exists(): raise ValueError(f'{p} is missing (its index.json lists it); restore it, or run `prx_check`')
         why = (f'{n:,} bytes, index.json says {raw.bytes:,} (truncated or replaced)' if (n := p.stat().st_size) != raw.bytes
                else shard_header_problem(p, shard.samples))
-        if not why and self.validate_hash and (sha := (raw.hashes or {}).get('sha1')) and _sha1(p) != sha:
+        if not why and self.validate_hash and (sha := (raw.hashes or {}).get('sha1')) and file_sha1(p) != sha:
             why = 'SHA-1 differs from the one index.json records: its bytes changed'
         if why and st.remote:  # a damaged copy in the cache: gone, so that it is downloaded again
             p.unlink(missing_ok=True); continue
