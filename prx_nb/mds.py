@@ -19,8 +19,9 @@ __all__ = ['MDS_COLUMNS', 'OPTOUT', 'SKIP_RECORD', 'plan_buckets', 'write_part',
            'shard_header_problem', 'empty_bucket', 'check_bucket', 'refuse_damaged', 'abs_table', 'write_bucket',
            'read_whole', 'read_id_column', 'ledger_path', 'read_ledger', 'resolve_table', 'recorded_table',
            'tree_table', 'read_optouts', 'sweep_tmp', 'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds',
-           'iter_bucket', 'iter_buckets', 'bucket_key', 'skip_path', 'skip_files', 'read_sidecar', 'recorded_sidecars',
-           'missing_sidecars', 'refuse_missing', 'write_sidecar', 'remove_sidecar', 'copy_bucket', 'prx_write_mds']
+           'iter_bucket', 'iter_buckets', 'bucket_key', 'skip_path', 'skip_files', 'read_sidecar', 'file_lock',
+           'recorded_sidecars', 'missing_sidecars', 'refuse_missing', 'write_sidecar', 'remove_sidecar', 'copy_bucket',
+           'prx_write_mds']
 
 # %% ../nbs/07_mds.ipynb #67faddf4
 MDS_COLUMNS = {'jpg': 'bytes', 'caption': 'str', 'width': 'int32', 'height': 'int32', 'id': 'str'}
@@ -586,12 +587,17 @@ def read_sidecar(p:Path, # a skip-list sidecar
 SKIP_RECORD = 'skiplists.json'  # per bucket: every skip-list sidecar written there, so a lost one is found
 
 @contextlib.contextmanager
-def _record_lock(bucket:Path):
-    "An exclusive lock on the bucket's sidecar record, across processes (its own lock file: callers may hold `.prx.lock`)"
-    with open(Path(bucket) / '.prx.record.lock', 'a') as f:
+def file_lock(path:Path, # the lock file (created when missing)
+             ):
+    "Hold an exclusive lock on the file `path` across processes until the block ends"
+    with open(path, 'a') as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try: yield
         finally: fcntl.flock(f, fcntl.LOCK_UN)
+
+def _record_lock(bucket:Path):
+    "An exclusive lock on the bucket's sidecar record (its own lock file: callers may hold `.prx.lock`)"
+    return file_lock(Path(bucket) / '.prx.record.lock')
 
 def recorded_sidecars(bucket:Path, # a bucket folder
                      )->set|None:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_skips.ipynb #e622e538
 from __future__ import annotations
-import contextlib, fcntl, json, os, re, time, warnings
+import contextlib, json, os, re, time, warnings
 from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from fastcore.basics import patch
@@ -14,7 +14,7 @@ from .core import call_parse
 from .mds import (BucketWrite, iter_buckets, bucket_key, skip_path, skip_files, read_sidecar, write_sidecar,
                         read_optouts, read_ledger, copy_bucket, ledger_path, tree_table, write_record, check_bucket,
                         OPTOUT, read_id_column, refuse_damaged, empty_bucket, remove_sidecar, missing_sidecars,
-                        refuse_missing, SKIP_RECORD, abs_table, read_whole, recorded_table, sweep_tmp, recorded_sidecars)
+                        refuse_missing, SKIP_RECORD, abs_table, read_whole, recorded_table, sweep_tmp, recorded_sidecars, file_lock)
 
 # %% auto #0
 __all__ = ['REMOTE_RECORD', 'REWRITE_MARK', 'locked', 'set_skips', 'add_skips', 'read_skips', 'skip_shards', 'skip_reasons',
@@ -27,10 +27,7 @@ __all__ = ['REMOTE_RECORD', 'REWRITE_MARK', 'locked', 'set_skips', 'add_skips', 
 def locked(folder:Path, # the folder whose files are read, changed and written back
           ):
     "Hold an exclusive lock on `folder` (a `.prx.lock` file there) across processes, until the block ends"
-    with open(Path(folder) / '.prx.lock', 'a') as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try: yield
-        finally: fcntl.flock(f, fcntl.LOCK_UN)
+    with file_lock(Path(folder) / '.prx.lock'): yield
 
 # %% ../nbs/07a_skips.ipynb #17b03276
 def set_skips(bucket:Path, # a bucket folder
