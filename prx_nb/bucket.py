@@ -12,8 +12,9 @@ from fastcore.basics import patch
 from .core import open_rgb, probe_image, MAX_PIXELS
 
 # %% auto #0
-__all__ = ['TIERS', 'MAX_UPSCALE', 'AR_RANGE', 'tier_floor', 'assign_tiers', 'bucket_sizes', 'bucket_table', 'nearest_bucket',
-           'Bucketed', 'Planes', 'Bucketer', 'cover_size', 'center_crop_box']
+__all__ = ['TIERS', 'MAX_UPSCALE', 'AR_RANGE', 'tier_floor', 'assign_tiers', 'trainer_grid', 'trainer_target', 'off_grid',
+           'bucket_sizes', 'bucket_table', 'nearest_bucket', 'Bucketed', 'Planes', 'Bucketer', 'cover_size',
+           'center_crop_box']
 
 # %% ../nbs/02_bucket.ipynb #2dee4ea3
 TIERS = (512, 1024, 2048, 4096) # a bucket of tier T holds about T² pixels
@@ -55,22 +56,94 @@ def _best_size(tier:int, r:float, divisor:int)->tuple:
             if best is None or cost < best[0]: best = (cost, w, h)
     return best[1], best[2]
 
+# %% ../nbs/02_bucket.ipynb #24ce56c6
+def trainer_grid(tier:int, # the trainer's base size T (its `default_image_size`)
+                 patch:int, # its patch side p in pixels (`patch_size_pixels`)
+                 *,
+                 ar_range=AR_RANGE, # (min_ar, max_ar), w/h
+                 divisible_by:int=16, # both sides divisible by this
+                )->list:
+    "The (w, h) sizes PRX's `ArAwareResize` targets at base size `tier` and patch `patch`, sorted"
+    if isinstance(patch, bool) or not isinstance(patch, (int, np.integer)) or patch < 1:
+        raise ValueError(f'patch must be a positive number of pixels, got {patch!r}')
+    if tier % patch:
+        raise ValueError(f'patch {patch} does not divide tier {tier}: '
+                         'the trainer needs tier/patch whole patches a side')
+    lo, hi = ar_range
+    n2 = (tier // patch) ** 2  # the patch budget
+    wide = range(math.ceil(math.sqrt(n2 * lo)), math.floor(math.sqrt(n2 * hi)) + 1)  # widths in patches
+    tall = range(math.ceil(math.sqrt(n2 / hi)), math.floor(math.sqrt(n2 / lo)) + 1)  # heights in patches
+    sizes = {(nw * patch, n2 // nw * patch) for nw in wide} | {(n2 // nh * patch, nh * patch) for nh in tall}
+    return sorted((int(w), int(h)) for w, h in sizes if w % divisible_by == 0 and h % divisible_by == 0)
+
+# %% ../nbs/02_bucket.ipynb #6b5fa38c
+def _trainer_sizes(tier:int, # the trainer's base size
+                   patch:int, # its patch side in pixels
+                   *,
+                   ar_range=AR_RANGE, # (min_ar, max_ar), w/h
+                   divisible_by:int=16, # both sides divisible by this
+                  )->dict:
+    "aspect w/h → (w, h): the trainer's targets, one size per aspect; `ValueError` when there is none"
+    grid = trainer_grid(tier, patch, ar_range=ar_range, divisible_by=divisible_by)
+    sizes = {w / h: (w, h) for w, h in grid}
+    if not sizes:
+        raise ValueError(f"patch {patch} at tier {tier}: the trainer's grid is empty "
+                         f'(no size has both sides divisible by {divisible_by})')
+    return sizes
+
+def _nearest_aspect(sizes:dict, width:int, height:int)->tuple:
+    "The size in `sizes` (aspect → size) of aspect nearest `width`/`height`, as the trainer picks it"
+    a = width / height
+    return sizes[min(sizes, key=lambda r: abs(r - a))]
+
+def trainer_target(width:int, # image width
+                   height:int, # image height
+                   *,
+                   tier:int, # the trainer's base size T
+                   patch:int, # its patch side in pixels
+                   ar_range=AR_RANGE, # (min_ar, max_ar), w/h
+                   divisible_by:int=16, # both sides divisible by this
+                  )->tuple:
+    "The (w, h) the trainer resizes a `width`×`height` image to: its grid size of nearest aspect"
+    sizes = _trainer_sizes(tier, patch, ar_range=ar_range, divisible_by=divisible_by)
+    return _nearest_aspect(sizes, width, height)
+
+# %% ../nbs/02_bucket.ipynb #2ef0f266
+def off_grid(sizes, # (w, h) bucket sizes: `bucket_sizes(tier)`, or the buckets of one tier of a tree
+             tier:int, # the trainer's base size T
+             patch:int, # its patch side in pixels
+             *,
+             ar_range=AR_RANGE, # (min_ar, max_ar), w/h
+             divisible_by:int=16, # both sides divisible by this
+            )->list:
+    "The `sizes` the trainer resizes again: ((w, h), (its w, its h)) each, once, in the order given"
+    on, out = _trainer_sizes(tier, patch, ar_range=ar_range, divisible_by=divisible_by), []
+    for w, h in dict.fromkeys((int(w), int(h)) for w, h in sizes):
+        if (t := _nearest_aspect(on, w, h)) != (w, h): out.append(((w, h), t))
+    return out
+
 # %% ../nbs/02_bucket.ipynb #e8b9c9c9
 def bucket_sizes(tier:int, # about tier² pixels per bucket
                  *,
                  divisor:int=16, # both sides divisible by this
                  ar_range=AR_RANGE, # (narrowest, widest) aspect ratio, w/h
-                 count:int=13, # buckets per tier (odd: the middle one is square)
+                 count:int=13, # aspect ratios per tier, odd (the middle one square); see `patch`
+                 patch:int|None=None, # the trainer's patch side in pixels: snap to its grid (None: don't)
                 )->list:
-    "The (w, h) buckets of `tier`, portrait first"
+    "The (w, h) buckets of `tier`, portrait first; with `patch`, on the trainer's grid, each size once"
     if count < 1 or count % 2 == 0:
         raise ValueError(f'count must be odd and positive (the middle bucket is square), got {count}')
     lo, hi = ar_range
     if not (0 < lo <= 1 <= hi) or not math.isclose(lo * hi, 1):
         raise ValueError(f'ar_range must be (1/r, r) with r >= 1, got {ar_range}')
     half = count // 2
-    land = [_best_size(tier, hi ** (k / half) if half else 1.0, divisor) for k in range(half + 1)]
-    return [(h, w) for w, h in land[:0:-1]] + land
+    if patch is None:
+        land = [_best_size(tier, hi ** (k / half) if half else 1.0, divisor) for k in range(half + 1)]
+        return [(h, w) for w, h in land[:0:-1]] + land
+    on = list(_trainer_sizes(tier, patch, ar_range=ar_range, divisible_by=divisor).values())
+    snap = lambda r: min(on, key=lambda s: (abs(math.log(s[0] / s[1] / r)), -s[0]))  # nearest in log aspect
+    land = [snap(hi ** (k / half) if half else 1.0) for k in range(half + 1)]
+    return list(dict.fromkeys([(h, w) for w, h in land[:0:-1]] + land))
 
 # %% ../nbs/02_bucket.ipynb #ad4e8c93
 def bucket_table(tiers=TIERS, # the tiers to list
@@ -137,20 +210,22 @@ class Bucketer:
                  *,
                  divisor:int=16, # bucket sides divisible by this
                  ar_range=AR_RANGE, # (narrowest, widest) kept aspect ratio, w/h
-                 count:int=13, # buckets per tier
+                 count:int=13, # aspect ratios per tier (see `bucket_sizes`)
                  max_upscale:float=MAX_UPSCALE, # never upscale by more than this per side
                  quality:int=92, # JPEG quality
                  oversample:float=2.0, # reduced decode keeps >= this x the resized size (0: never reduce)
                  background=(255, 255, 255), # RGB under transparent pixels
                  max_pixels:int=MAX_PIXELS, # decompression-bomb guard
                  planar:bool=True, # resample and encode YCbCr planes (fast); False: the RGB reference path
+                 patch:int|None=None, # the trainer's patch side: buckets on its resize grid (None: off)
                 ):
         if not 1 <= quality <= 100: raise ValueError(f'quality must be in 1..100, got {quality}')
         if max_upscale < 1: raise ValueError(f'max_upscale must be >= 1, got {max_upscale}')
         if oversample and oversample < 1:
             raise ValueError(f'oversample must be 0 (off) or >= 1, got {oversample}')
         self.tiers, self.ar_range, self.max_upscale = tuple(sorted(tiers)), ar_range, max_upscale
-        self.buckets = {t: bucket_sizes(t, divisor=divisor, ar_range=ar_range, count=count)
+        self.patch = patch
+        self.buckets = {t: bucket_sizes(t, divisor=divisor, ar_range=ar_range, count=count, patch=patch)
                         for t in self.tiers}
         self.quality, self.oversample, self.planar = quality, oversample, planar
         self.background, self.max_pixels = tuple(background), max_pixels

@@ -128,7 +128,7 @@ def _sample_phashes(bucket:Path, need:set)->dict:
     "id → (fingerprint or None, reason) of the `need` samples in `bucket`."
     got = {}
     for s in iter_bucket(bucket):
-        if s['id'] in need: got[s['id']] = phash(s['jpg'])
+        if s['id'] in need: got[s['id']] = phash(s['image'])
     return got
 
 # %% ../nbs/08_dedup.ipynb #e79df249

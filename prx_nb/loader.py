@@ -4,16 +4,18 @@
 
 # %% ../nbs/07b_loader.ipynb #ab45d0d4
 from __future__ import annotations
-import json, logging, re, warnings
+import json, logging, os, re, warnings
 from pathlib import Path
 import numpy as np
 from streaming import Stream
 from streaming.base.world import World
+from .core import call_parse
 from .mds import iter_buckets, bucket_key
-from .skips import SkipStreamingDataset, read_skips, optout_indices, fetch_tree_files, stream_optouts, keep_samples
+from .skips import SkipsMixin, SkipStreamingDataset, read_skips, optout_indices, fetch_tree_files, stream_optouts, pad_multiple
 
 # %% auto #0
-__all__ = ['tree_buckets', 'TreeDataset', 'tree_dataset', 'decode_sample', 'collate']
+__all__ = ['tree_buckets', 'TreeDataset', 'tree_dataset', 'with_skips', 'prx_locals', 'prx_dataset', 'prx_yaml',
+           'prx_trainer_yaml', 'batch_report', 'decode_sample', 'collate']
 
 # %% ../nbs/07b_loader.ipynb #b73f7fbd
 def _remote_keys(root:str)->list:
@@ -61,49 +63,29 @@ def _counts(st:Stream, reasons, trees:dict)->tuple:
     for s, idx in optout_indices(local, stream_optouts(st, trees)).items(): sk.setdefault(s, set()).update(idx)
     return n, n - sum(map(len, sk.values()))
 
+_BATCHINGS = ('per_stream', 'device_per_stream')
+
 class TreeDataset(SkipStreamingDataset):
     "A `SkipStreamingDataset` over the buckets of a tree, one stream each, whose every batch holds samples of one bucket."
+    raw_images = True  # the JPEG as stored, under `image`: decoded by `decode_sample` or `collate`, never twice
     def __init__(self,
                  *,
                  keys:list, # the bucket key of each stream, in order
-                 small:str='pad', # a bucket's last, short global batch: 'pad' it with repeats of its samples, or 'drop' it
+                 small:str='pad', # a bucket's last, short batch: 'pad' it with repeats of its samples, or 'drop' it
                  transform=None, # called on each sample dict before it is yielded (e.g. `decode_sample`)
-                 **kwargs, # everything `SkipStreamingDataset` takes (with `batching_method='per_stream'`)
+                 **kwargs, # everything `SkipStreamingDataset` takes (`batching_method`: 'per_stream' or 'device_per_stream')
                 ):
         if small not in ('pad', 'drop'): raise ValueError(f"small must be 'pad' or 'drop', not {small!r}")
-        if kwargs.get('batching_method', 'per_stream') != 'per_stream':
-            raise ValueError("a TreeDataset batches per stream (one bucket per batch): leave out batching_method")
-        self.keys, self.small, self.transform = list(keys), small, transform
-        super().__init__(batching_method='per_stream', **kwargs)
-        self.global_batch = self.batch_size * self._parallel_rank_world.num_ranks
+        if (bm := kwargs.setdefault('batching_method', 'per_stream')) not in _BATCHINGS:
+            raise ValueError(f"a TreeDataset batches one bucket at a time: batching_method 'per_stream' (every global batch "
+                             f"from one bucket) or 'device_per_stream' (every device batch), not {bm!r}")
+        self.keys, self.transform = list(keys), transform
+        super().__init__(small=small, **kwargs)
         per = [len(self.resample_streams(0, i)[1]) for i in range(len(self.streams))]  # samples of each bucket per epoch
         self.samples_per_bucket = dict(zip(self.keys, per))
         self.length = sum(per) // self._parallel_rank_world.num_ranks
 
     def __len__(self)->int: return self.length
-
-    def _get_work(self, epoch:int, sample_in_epoch:int)->np.ndarray:
-        "The stock work of this worker; with `small='pad'`, without Mosaic's warning about short batches (padded: none is short)"
-        quiet = self.small == 'pad'
-        log = logging.getLogger('streaming.base.batching.per_stream')
-        level = log.level
-        if quiet: log.setLevel(logging.ERROR)
-        try: return SkipStreamingDataset._get_work(self, epoch, sample_in_epoch)
-        finally: log.setLevel(level)
-
-    def resample_streams(self, epoch:int, stream_id:int|None=None)->tuple:
-        "The stock resampling of a bucket (skipped samples out under `drop`), padded to whole global batches under `small='pad'`"
-        units, ids = SkipStreamingDataset.resample_streams(self, epoch, stream_id)
-        if stream_id is None or not len(ids): return units, ids
-        g = self.global_batch
-        rng = np.random.default_rng([self.shuffle_seed, epoch, stream_id])  # the same on every rank and run
-        if self.small == 'drop':  # whole global batches only, the remainder chosen at random (Mosaic's partitioner would
-            if not (rem := len(ids) % g): return units, ids  # otherwise fill the short ranks with repeats)
-            keep = np.ones(len(ids), bool); keep[rng.choice(len(ids), rem, replace=False)] = False
-            return keep_samples(units, ids, keep)
-        if not (short := -len(ids) % g): return units, ids
-        pad = np.concatenate([np.tile(ids, short // len(ids)), rng.choice(ids, short % len(ids), replace=False)])
-        return np.append(units, short), np.concatenate([ids, np.sort(pad)])
 
     def get_item(self, sample_id:int, retry:int=7):
         "The sample at `sample_id` (or its substitute), through `transform` when one is given"
@@ -131,6 +113,31 @@ def _shares(keys:list, kept:dict, proportions:dict)->dict:
     s = sum(out.values())
     return {k: v / s for k, v in out.items()}
 
+_MADE_HERE = {'streams': 'the streams are the buckets of the tree: choose them with tiers= or buckets=',
+              'remote': 'give the remote tree as root (and a cache folder as local=)',
+              'split': 'a tree has no splits: give the tree (or a copy of one split) as root',
+              'keys': 'the keys are the buckets chosen with tiers= or buckets='}
+
+def _mosaic_names(kwargs:dict, seed)->int:
+    "The shuffle seed, from `seed` or Mosaic's own `shuffle_seed`; `TypeError` in one line for a Mosaic argument a tree sets itself"
+    if bad := [k for k in _MADE_HERE if k in kwargs]: raise TypeError(f'tree_dataset: leave out {bad[0]}=: {_MADE_HERE[bad[0]]}')
+    if 'shuffle_seed' in kwargs:
+        s = kwargs.pop('shuffle_seed')
+        if seed is not None and seed != s: raise TypeError(f'tree_dataset: seed={seed} and shuffle_seed={s} name the same setting: give one')
+        return s
+    return 0 if seed is None else seed
+
+def _small_buckets(keys:list, counts:dict, *, small:str, on_skip:str, batch_size:int, batching:str, canonical)->dict:
+    "Bucket key → why it is left out: every sample skipped, or (with `small='drop'`) fewer samples than one batch fills"
+    left = {k: f'every one of its {n} samples is skipped' for k, (n, kept) in counts.items() if not kept}
+    if small == 'drop':
+        g = pad_multiple(batching, World.detect(), batch_size, canonical)  # the ranks Mosaic will see; one worker each
+        n_of = lambda k: counts[k][1] if on_skip == 'drop' else counts[k][0]
+        what = 'one global batch' if batching == 'per_stream' else 'one device batch on every device'
+        left |= {k: f'{n_of(k)} samples, fewer than {what} ({g}) (small="drop")' for k in keys
+                 if k not in left and n_of(k) < g}
+    return left
+
 def tree_dataset(root:str|Path, # an MDS tree: a local folder, or a remote URI (s3://…, gs://…) read through `local`
                  *,
                  batch_size:int, # samples per batch per device; every batch holds one bucket's samples
@@ -138,15 +145,19 @@ def tree_dataset(root:str|Path, # an MDS tree: a local folder, or a remote URI (
                  tiers=None, # tiers to read, e.g. [512, 1024] (None: all)
                  buckets=None, # bucket keys 'tier/WxH' to read (None: all of `tiers`)
                  proportions:dict|None=None, # tier or bucket key → share of the epoch's samples (None: as the tree holds them)
-                 seed:int=0, # shuffle, sampling and padding seed: the same seed, the same batches
+                 seed:int|None=None, # shuffle, sampling and padding seed (Mosaic's `shuffle_seed`; None: 0): the same seed, the same batches
                  on_skip:str='substitute', # a skipped sample: 'substitute' a kept one of its bucket, or 'drop' it from the epoch
-                 small:str='pad', # a bucket's last short global batch: 'pad' (repeats of its samples) or 'drop' (Mosaic's way)
+                 small:str='pad', # a bucket's last short batch: 'pad' (repeats of its samples) or 'drop' (Mosaic's way)
+                 batching_method:str='per_stream', # one bucket per global batch ('per_stream') or per device batch ('device_per_stream', PRX's)
                  local:str|Path|None=None, # the cache folder for a remote tree (required with a remote `root`)
                  shuffle:bool=True, # shuffle the samples of each bucket, and the order of the batches
                  transform=None, # called on each sample before it is yielded (e.g. `decode_sample`)
-                 **kwargs, # anything else `StreamingDataset` takes (epoch_size, shuffle_algo, predownload, …)
+                 **kwargs, # anything else `StreamingDataset` takes, by Mosaic's names (shuffle_seed, epoch_size, shuffle_algo, num_canonical_nodes, predownload, …)
                 )->TreeDataset:
     "One `StreamingDataset` over a whole MDS tree: a `Stream` per bucket, batches per stream, skip lists applied."
+    seed = _mosaic_names(kwargs, seed)
+    if batching_method not in _BATCHINGS:
+        raise ValueError(f"batching_method must be one of {_BATCHINGS} (every batch from one bucket), not {batching_method!r}")
     root, remote = str(root), '://' in str(root) and not str(root).startswith('file://')
     if remote and local is None: raise ValueError(f'{root} is remote: give local= (a cache folder for its buckets)')
     keys = tree_buckets(root)
@@ -168,12 +179,8 @@ def tree_dataset(root:str|Path, # an MDS tree: a local folder, or a remote URI (
                               download_timeout=kwargs.get('download_timeout', 60), validate_hash=None))  # set per stream by the dataset
         if r: fetch_tree_files(st)
         streams[k], counts[k] = st, _counts(st, reasons, trees)
-    left = {k: f'every one of its {n} samples is skipped' for k, (n, kept) in counts.items() if not kept}
-    g = batch_size * World.detect().num_ranks  # the ranks Mosaic will see (torch.distributed, else RANK/WORLD_SIZE)
-    if small == 'drop':
-        n_of = lambda k: counts[k][1] if on_skip == 'drop' else counts[k][0]
-        left |= {k: f'{n_of(k)} samples, fewer than one global batch ({g}) (small="drop")' for k in keys
-                 if k not in left and n_of(k) < g}
+    left = _small_buckets(keys, counts, small=small, on_skip=on_skip, batch_size=batch_size, batching=batching_method,
+                          canonical=kwargs.get('num_canonical_nodes'))
     for k, why in left.items(): warnings.warn(f'{k} is left out of the tree dataset: {why}', stacklevel=2)
     keys = [k for k in keys if k not in left]
     if not keys: raise ValueError(f'{root}: no bucket left to stream ({len(left)} left out: {next(iter(left.values()))})')
@@ -182,7 +189,7 @@ def tree_dataset(root:str|Path, # an MDS tree: a local folder, or a remote URI (
         kwargs.setdefault('epoch_size', sum(counts[k][0] for k in keys))
         for k in keys: streams[k]._proportion = share[k]
         keys = [k for k in keys if share[k] > 0]
-    ds = TreeDataset(keys=keys, small=small, transform=transform, streams=[streams[k] for k in keys],
+    ds = TreeDataset(keys=keys, small=small, transform=transform, streams=[streams[k] for k in keys], batching_method=batching_method,
                      batch_size=batch_size, reasons=reasons, on_skip=on_skip, shuffle=shuffle, shuffle_seed=seed, **kwargs)
     ds.left_out = left
     ds.caption_columns = _caption_columns(ds)
@@ -199,6 +206,235 @@ def _caption_columns(ds)->dict:
                       'see .caption_columns', stacklevel=3)
     return out
 
+# %% ../nbs/07b_loader.ipynb #c0ffee51
+_MADE = {}  # (class, options) → its subclass with skips: one class per combination, so instances pickle and compare alike
+
+def _remake(base:type, opts:tuple):
+    "The class `with_skips(base, **dict(opts))`: how an instance is unpickled (a worker started with spawn)"
+    return with_skips(base, **dict(opts))
+
+def _reduce_with_skips(self, protocol:int):
+    "Pickle by the base class and the options: the subclass is remade where it is unpickled"
+    fn, args, *rest = object.__reduce_ex__(self, protocol)
+    return (_new_with_skips, (type(self)._skip_base, type(self)._skip_opts), *rest)
+
+def _new_with_skips(base:type, opts:tuple):
+    cls = _remake(base, opts)
+    return cls.__new__(cls)
+
+def with_skips(cls:type, # a `StreamingDataset` subclass (or `StreamingDataset` itself): a trainer's own dataset class
+               *,
+               reasons=None, # skip-list reasons to apply (None: every reason present; opt-outs always apply)
+               on_skip:str='substitute', # a skipped sample: 'substitute' a kept one of its shard, or 'drop' it from the epoch
+               small:str|None='pad', # under a per-stream batching, a stream's last short batch: 'pad' (repeats), 'drop', or None (Mosaic's way)
+               validate_hash:bool|str|None=None, # SHA-1 checks of shards (see `SkipStreamingDataset`); None: the class's own setting
+              )->type:
+    "A subclass of `cls`, its constructor unchanged, that never serves a sample on the skip lists or opt-outs of the trees its streams read"
+    from streaming import StreamingDataset
+    if not (isinstance(cls, type) and issubclass(cls, StreamingDataset)):
+        raise TypeError(f'with_skips takes a StreamingDataset subclass, not {cls!r}')
+    if issubclass(cls, SkipsMixin): raise TypeError(f'{cls.__name__} honours skip lists already')
+    if on_skip not in ('substitute', 'drop'): raise ValueError(f"on_skip must be 'substitute' or 'drop', not {on_skip!r}")
+    if small not in (None, 'pad', 'drop'): raise ValueError(f"small must be 'pad', 'drop' or None, not {small!r}")
+    opts = (('reasons', None if reasons is None else tuple(sorted(reasons))), ('on_skip', on_skip), ('small', small),
+            ('validate_hash', validate_hash))
+    if (cls, opts) not in _MADE:
+        _MADE[cls, opts] = type(f'{cls.__name__}WithSkips', (SkipsMixin, cls), dict(
+            __module__=cls.__module__, __doc__=f'`{cls.__name__}` that honours the skip lists of the trees it reads (`prx_nb.loader.with_skips`)',
+            skip_reasons=reasons, skip_on=on_skip, skip_small=small, skip_validate_hash=validate_hash,
+            _skip_base=cls, _skip_opts=opts, __reduce_ex__=_reduce_with_skips))
+    return _MADE[cls, opts]
+
+# %% ../nbs/07b_loader.ipynb #c0ffee52
+_PRX_INSTALL = ("prx_dataset needs Photoroom's PRX trainer (github.com/Photoroom/PRX), which is not on PyPI: "
+                "`pip install 'prx[streaming] @ git+https://github.com/Photoroom/PRX'`, or put a checkout of it on PYTHONPATH")
+
+def _prx():
+    "PRX's dataset module, or an `ImportError` that says how to install it"
+    try:
+        from prx.dataset import mds_dataset
+    except ImportError as e: raise ImportError(f'{_PRX_INSTALL} ({type(e).__name__}: {e})') from None
+    return mds_dataset
+
+def _tree_of(p:Path)->tuple:
+    "(tree root, tier or None) when `p` is a prx_nb tree or one of its tier folders, else (None, None)"
+    has = lambda d: d.is_dir() and any(re.fullmatch(r'\d+x\d+', b.name) and (b / 'bucket.json').exists() for b in d.iterdir() if b.is_dir())
+    if not p.is_dir(): return None, None
+    if p.name.isdigit() and has(p): return p.parent, p.name
+    if any(t.name.isdigit() and has(t) for t in p.iterdir() if t.is_dir()): return p, None
+    return None, None
+
+def prx_locals(local, # PRX's `local`: one folder or a list (a prx_nb tree, one of its tier folders, or any folder PRX reads)
+               proportions=None, # PRX's `proportions`: None, one share, or one per folder of `local`
+               *,
+               reasons=None, # skip-list reasons applied (None: every one; opt-outs always apply)
+               on_skip:str='drop', # 'drop' or 'substitute': how the buckets' kept samples are counted
+               small:str='pad', # 'drop' also leaves out buckets smaller than one batch
+               batch_size:int|None=None, # device batch, for `small='drop'`
+               batching_method:str='device_per_stream', # PRX's batching
+              )->tuple:
+    "(folders, proportions, left out) for PRX: a prx_nb tree or tier folder as its bucket folders (each share split by kept samples), buckets with nothing to serve left out"
+    paths = [local] if isinstance(local, (str, Path)) else list(local)
+    props = proportions if isinstance(proportions, (list, tuple)) or hasattr(proportions, '__len__') else [proportions] * len(paths)
+    if len(props) != len(paths): raise ValueError(f'proportions has {len(props)} shares for {len(paths)} local folders')
+    out, shares, left, trees = [], [], {}, {}
+    for p, share in zip(paths, props):
+        root, tier = _tree_of(Path(p))
+        if root is None: out.append(str(p)); shares.append(share); continue  # PRX reads it as it is
+        keys = [k for k in tree_buckets(root) if tier is None or k.split('/')[0] == tier]
+        counts = {}
+        for k in keys:
+            st = Stream(local=str(Path(root) / k)); st.apply_default(dict(split=None))
+            counts[k] = _counts(st, reasons, trees)
+        gone = _small_buckets(keys, counts, small=small, on_skip=on_skip, batch_size=batch_size or 1,
+                              batching=batching_method, canonical=None)
+        left |= {f'{root}/{k}': why for k, why in gone.items()}
+        keys = [k for k in keys if k not in gone]
+        n_of = lambda k: counts[k][1] if on_skip == 'drop' else counts[k][0]
+        tot = sum(n_of(k) for k in keys)
+        out += [str(Path(root) / k) for k in keys]
+        shares += [None if share is None else float(share) * n_of(k) / tot for k in keys]
+    if not out: raise ValueError(f'{local}: no bucket left to stream ({len(left)} left out: {next(iter(left.values()), "")})')
+    return out, (None if all(s is None for s in shares) else shares), left
+
+def _as_config(mod, name:str, v):
+    "A PRX config dataclass from the config (a dict from Hydra without `_target_`, or the dataclass itself)"
+    if v is None or isinstance(v, dict) or type(v).__name__ in ('DictConfig',):
+        return getattr(mod, name)(**{k: x for k, x in dict(v or {}).items() if k != '_target_'})
+    return v
+
+def prx_dataset(local, # folders as PRX takes them: a prx_nb tree root or tier folder finds its buckets
+                streaming=None, # PRX's `StreamingConfig` (or its keys as a dict)
+                processed=None, # PRX's `ProcessedConfig` (or its keys as a dict)
+                dataloader=None, # PRX's `DataLoaderConfig` (or its keys as a dict)
+                remote=None, # PRX's `remote`: not for prx_nb trees (PRX lists folders with os.listdir); None
+                proportions=None, # PRX's `proportions`: None, one share, or one per `local` folder (split over buckets by kept samples)
+                reasons=None, # skip-list reasons to apply (None: every reason; opt-outs always apply)
+                on_skip:str='drop', # a skipped sample: 'drop' it (every kept sample once an epoch), or 'substitute' a kept one
+                small:str='pad', # a bucket that does not fill whole device batches: 'pad' with repeats of its samples, or 'drop'
+               ):
+    "PRX's `StreamingProcessedDataset` over prx_nb trees, with their skip lists and opt-outs applied: the `_target_` of a PRX dataset config"
+    mod = _prx()
+    if remote is not None:
+        raise ValueError('prx_dataset: PRX finds the folders of a remote with os.listdir, which cannot list s3:// or gs://; '
+                         'sync the tree to a local folder and give it as local=, or read it with prx_nb.loader.tree_dataset')
+    streaming, processed, dataloader = (_as_config(mod, n, v) for n, v in
+                                        (('StreamingConfig', streaming), ('ProcessedConfig', processed), ('DataLoaderConfig', dataloader)))
+    folders, shares, left = prx_locals(local, proportions, reasons=reasons, on_skip=on_skip, small=small,
+                                       batch_size=streaming.batch_size, batching_method=streaming.batching_method)
+    for k, why in left.items(): warnings.warn(f'{k} is left out: {why}', stacklevel=2)
+    cls = with_skips(mod.StreamingProcessedDataset, reasons=reasons, on_skip=on_skip, small=small)
+    ds = cls(local=folders, remote=None, proportions=None, streaming=streaming, processed=processed, dataloader=dataloader)
+    if shares is not None: ds.set_proportions(shares)  # PRX's own proportions open each local folder as a file: given here instead
+    ds.left_out, ds.folders = left, folders
+    return ds
+
+# %% ../nbs/07b_loader.ipynb #c0ffee53
+def prx_yaml(root:str|Path, # a local prx_nb tree
+             *,
+             reasons=None, # skip-list reasons (None: every one)
+             batching_method:str='device_per_stream', # PRX's configs use device_per_stream
+             num_workers:int=8, # DataLoader workers, as PRX's configs set them
+            )->str:
+    "A PRX dataset config (YAML) that reads the tree through `prx_dataset`: its tiers, caption fields and the tiers' shares by kept samples"
+    root = Path(os.path.abspath(root))
+    keys, trees = tree_buckets(root), {}
+    if not keys: raise ValueError(f'{root}: no finished buckets (<tier>/<W>x<H> with bucket.json and index.json); check the path')
+    kept, fields = {}, set()
+    for k in keys:
+        st = Stream(local=str(root / k)); st.apply_default(dict(split=None))
+        t = k.split('/')[0]
+        kept[t] = kept.get(t, 0) + _counts(st, reasons, trees)[1]
+        fields |= set(json.loads((root / k / 'index.json').read_text())['shards'][0]['column_names'])
+    tiers = sorted(kept, key=int)
+    caps = sorted(f for f in fields if f.startswith('caption_'))
+    if 'jpg' in fields: raise ValueError(f'{root}: written with the jpg field, which PRX cannot find: run `prx_migrate_mds --mds {root}` first')
+    tot = sum(kept.values())
+    lines = ['# @package dataset.train_dataset', f'# prx_nb tree {root}: {tot:,} kept samples in tiers {", ".join(tiers)}',
+             '_target_: prx_nb.loader.prx_dataset', 'local:', *[f'  - {root / t}' for t in tiers],
+             f'proportions: [{", ".join(f"{kept[t] / tot:.4f}" for t in tiers)}]  # each tier by its kept samples; change to reweight',
+             f'reasons: {"null" if reasons is None else "[" + ", ".join(sorted(reasons)) + "]"}  # skip lists applied (null: all); opt-outs always',
+             'on_skip: drop', 'small: pad', '', 'streaming:', '  _target_: prx.dataset.mds_dataset.StreamingConfig',
+             '  shuffle: true', f'  batching_method: {batching_method}', '', 'processed:',
+             '  _target_: prx.dataset.mds_dataset.ProcessedConfig', '  caption_keys:', '    - [caption, 1.0]',
+             f'    # every sample also holds: {", ".join(caps) if caps else "no other caption"} (e.g. [[{caps[0] if caps else "caption"}, 0.8], [caption, 0.2]])',
+             '  has_text_latents: false  # the tree holds text; PRX encodes it', '  has_mask_text_latents: false',
+             '  transforms:', '    - _target_: prx.dataset.transforms.ArAwareResize', '      default_image_size: ${image_size}',
+             '      patch_size_pixels: ${patch_size_pixels}', '  transforms_targets:', '    - image', '',
+             'dataloader:', '  _target_: prx.dataset.mds_dataset.DataLoaderConfig', '  drop_last: true', '  prefetch_factor: 2',
+             f'  num_workers: {num_workers}', '  persistent_workers: true', '  pin_memory: true']
+    return '\n'.join(lines) + '\n'
+
+@call_parse
+def prx_trainer_yaml(mds:str=None, # root of the MDS tree (required; a local folder)
+                     reasons:str=None, # comma-separated skip-list reasons to apply (default: every one)
+                     batching:str='device_per_stream', # PRX's batching method
+                     workers:int=8, # DataLoader workers
+                    ):
+    "Print the PRX dataset config (YAML) that trains on the tree with its skip lists: paste it under configs/yamls/dataset/"
+    if not mds: raise SystemExit('prx_trainer_yaml: --mds is required')
+    try: print(prx_yaml(mds, reasons=reasons.split(',') if reasons else None, batching_method=batching, num_workers=workers), end='')
+    except ValueError as e: raise SystemExit(f'prx_trainer_yaml: {e}') from None
+
+# %% ../nbs/07b_loader.ipynb #c0ffee54
+def batch_report(ds, # a dataset with skips: `tree_dataset`, `prx_dataset` or a `with_skips` class's
+                 *,
+                 nodes:int=1, # physical nodes
+                 ranks_per_node:int=1, # devices per node
+                 workers:int=1, # DataLoader workers per device
+                 batch_size:int|None=None, # device batch (None: the dataset's)
+                 num_canonical_nodes:int|None=None, # Mosaic's canonical nodes (None: the dataset's, else as Mosaic picks them)
+                 epoch:int=0, # the epoch to lay out
+                 patch:int|None=None, # the trainer's patch size: say which buckets its ArAwareResize would resize again
+                ):
+    "Per stream (bucket), before any training: samples, kept, served, repeated (padding) and kept-but-dropped, for a world; from Mosaic's own batching"
+    import pandas as pd
+    from streaming.base.batching import generate_work
+    world = World(nodes, ranks_per_node, workers, 0)
+    saved = {a: getattr(ds, a, None) for a in ('batch_size', 'num_canonical_nodes', 'shuffle_block_size', '_pad_world')}
+    try:
+        ds.batch_size = batch_size or ds.batch_size
+        if not ds.batch_size: raise ValueError('batch_report needs batch_size= (the dataset has none)')
+        ds.num_canonical_nodes = num_canonical_nodes or ds.num_canonical_nodes or \
+            (64 * nodes if ds.shuffle_algo in ('py1s', 'py2s') else nodes)
+        if ds.shuffle_block_size is None: ds._set_shuffle_block_size(world)
+        ds._pad_world = world
+        log = logging.getLogger('streaming.base.batching')
+        level = log.level; log.setLevel(logging.ERROR)
+        try: work = generate_work(ds.batching_method, ds, world, epoch, 0)
+        finally: log.setLevel(level)
+        b = ds.batch_size
+    finally:
+        for a, v in saved.items(): setattr(ds, a, v)
+    ids = work.reshape(-1)
+    ids = ids[ids >= 0]
+    served = ds._lut[ids] if ds.num_skipped else ids
+    served = served[served >= 0]
+    stream_of = np.repeat(np.asarray(ds.stream_per_shard), ds.samples_per_shard)
+    skipped = ds._lut != np.arange(len(ds._lut))
+    device = work.reshape(-1, b)
+    device = device[(device >= 0).all(1)]
+    mixed = int(sum(len(set(stream_of[r])) > 1 for r in device))
+    rows = []
+    for i, st in enumerate(ds.streams):
+        mine = stream_of == i
+        n, kept = int(mine.sum()), int((mine & ~skipped).sum())
+        got = served[stream_of[served] == i]
+        uniq = len(np.unique(got))
+        key = '/'.join(Path(st.local).parts[-2:])
+        row = dict(bucket=key, samples=n, kept=kept, served=len(got), repeated=len(got) - uniq, dropped=kept - uniq,
+                   skipped_served=int(skipped[got].sum()), batches=len(got) // b)
+        if patch:
+            from prx_nb.bucket import off_grid
+            t, (w, h) = int(key.split('/')[0]), map(int, key.split('/')[1].split('x'))
+            off = dict((tuple(s), tuple(to)) for s, to in off_grid([(w, h)], t, patch))
+            row['trainer_resizes_to'] = 'x'.join(map(str, off[w, h])) if (w, h) in off else ''
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    out.attrs.update(world=f'{nodes} node(s) x {ranks_per_node} device(s) x {workers} worker(s)', batch_size=b,
+                     mixed_batches=mixed, batching=ds.batching_method)
+    return out
+
 # %% ../nbs/07b_loader.ipynb #a840da66
 def _decoder()->tuple:
     "torchvision's `decode_jpeg` and its RGB mode (imported quietly: 0.29 announces a future move to TorchCodec)"
@@ -211,28 +447,56 @@ def _tensor(data:bytes):
     import torch
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
-def decode_sample(sample:dict, # a sample as the tree's MDS holds it (`jpg` bytes, caption, width, height, id)
+_DTYPES = ('uint8', 'float')
+
+def _as_dtype(image, dtype:str):
+    "A uint8 image tensor as `dtype`: 'uint8' as it is, 'float' float32 in [0, 1]"
+    if dtype not in _DTYPES: raise ValueError(f'dtype must be one of {_DTYPES}, not {dtype!r}')
+    return image if dtype == 'uint8' else image.float().div_(255)
+
+def _image_of(sample:dict):
+    "The sample's image as it was read: JPEG bytes (`image`, or `jpg` in trees written before `image`), a PIL image or a tensor"
+    if 'image' in sample: return sample['image']
+    if 'jpg' in sample: return sample['jpg']
+    raise KeyError(f'the sample has no image field (image or jpg); its fields: {sorted(sample)}')
+
+def _decode_one(img, dtype:str):
+    import torch
+    if isinstance(img, (bytes, bytearray, memoryview)):
+        decode_jpeg, RGB = _decoder()
+        t = decode_jpeg(_tensor(img), mode=RGB)
+    elif isinstance(img, torch.Tensor): t = img
+    else: t = torch.from_numpy(np.asarray(img.convert('RGB'))).permute(2, 0, 1).contiguous()  # a PIL image (Mosaic's jpeg decode)
+    return _as_dtype(t, dtype)
+
+def decode_sample(sample:dict, # a sample as a tree's MDS holds it: `image` (JPEG bytes, or a PIL image from a stock reader) or `jpg` bytes
+                  dtype:str='uint8', # 'uint8', or 'float': float32 in [0, 1], as PRX's `image_to_tensor` expects a tensor to be
                  )->dict:
-    "The sample with `image`, its JPEG decoded to a uint8 tensor (3, H, W), in place of the `jpg` bytes (a `transform=`)"
-    decode_jpeg, RGB = _decoder()
+    "The sample with `image` decoded to a (3, H, W) tensor (a `transform=`); a legacy `jpg` field is replaced by it"
     x = dict(sample)
-    x['image'] = decode_jpeg(_tensor(x.pop('jpg')), mode=RGB)
+    img = _image_of(x)
+    x.pop('jpg', None)
+    x['image'] = _decode_one(img, dtype)
     return x
 
-def collate(samples:list, # the samples of one batch (decoded by `decode_sample`, or with their `jpg` bytes)
-            device=None, # where to decode `jpg` bytes: None (CPU), or 'cuda' (torchvision's batched GPU decoder)
+def collate(samples:list, # the samples of one batch (decoded by `decode_sample`, or with their JPEG bytes)
+            device=None, # where to decode JPEG bytes: None (CPU), or 'cuda' (torchvision's batched GPU decoder)
+            dtype:str='uint8', # 'uint8', or 'float': float32 in [0, 1]
            )->dict:
-    "One batch: `image` (B, 3, H, W) uint8, `caption` and `id` lists, `width` and `height` tensors; `ValueError` when sizes differ"
+    "One batch: `image` (B, 3, H, W), `caption`, `id` (and each `caption_*` field) as lists, sizes as tensors; `ValueError` when sizes differ"
     import torch
     sizes = {(s['width'], s['height']) for s in samples}
     if len(sizes) > 1:
         raise ValueError(f'one image size per batch, got {sorted(sizes)} (ids {[s["id"] for s in samples][:4]}): '
                          'read a tree with `tree_dataset`, which batches one bucket at a time')
-    if 'image' in samples[0]: image = torch.stack([s['image'] for s in samples])
-    else:
+    imgs = [_image_of(s) for s in samples]
+    if device is not None and str(device) != 'cpu' and all(isinstance(i, (bytes, bytearray)) for i in imgs):
         decode_jpeg, RGB = _decoder()
-        data = [_tensor(s['jpg']) for s in samples]
-        if device is None or str(device) == 'cpu': image = torch.stack([decode_jpeg(d, mode=RGB) for d in data])
-        else: image = torch.stack(decode_jpeg(data, mode=RGB, device=device))  # one batched call on the GPU
-    return dict(image=image, caption=[s['caption'] for s in samples], id=[s['id'] for s in samples],
-                width=torch.tensor([s['width'] for s in samples]), height=torch.tensor([s['height'] for s in samples]))
+        image = _as_dtype(torch.stack(decode_jpeg([_tensor(i) for i in imgs], mode=RGB, device=device)), dtype)  # one batched call
+    else: image = torch.stack([_decode_one(i, dtype) for i in imgs])
+    out = dict(image=image, caption=[s['caption'] for s in samples], id=[s['id'] for s in samples],
+               width=torch.tensor([s['width'] for s in samples]), height=torch.tensor([s['height'] for s in samples]))
+    for k in ('original_width', 'original_height'):
+        if all(k in s for s in samples): out[k] = torch.tensor([s[k] for s in samples])
+    out |= {k: [s[k] for s in samples] for k in sorted(samples[0]) if k.startswith('caption_') and all(k in s for s in samples)}
+    return out

@@ -15,16 +15,54 @@ from .table import sql_in, image_bytes
 from .bucket import Bucketer
 
 # %% auto #0
-__all__ = ['MDS_COLUMNS', 'OPTOUT', 'SKIP_RECORD', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'file_sha1',
+__all__ = ['MDS_COLUMNS', 'LEGACY_COLUMNS', 'OPTOUT', 'SKIP_RECORD', 'caption_fields', 'sample_columns', 'raw_images',
+           'as_image_sample', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'file_sha1',
            'shard_header_problem', 'empty_bucket', 'check_bucket', 'refuse_damaged', 'abs_table', 'write_bucket',
            'read_whole', 'read_id_column', 'ledger_path', 'read_ledger', 'resolve_table', 'recorded_table',
            'tree_table', 'read_optouts', 'sweep_tmp', 'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds',
-           'iter_bucket', 'iter_buckets', 'bucket_key', 'skip_path', 'skip_files', 'read_sidecar', 'file_lock',
-           'recorded_sidecars', 'missing_sidecars', 'refuse_missing', 'write_sidecar', 'remove_sidecar', 'copy_bucket',
-           'prx_write_mds']
+           'iter_bucket', 'bucket_columns', 'iter_buckets', 'bucket_key', 'skip_path', 'skip_files', 'read_sidecar',
+           'file_lock', 'recorded_sidecars', 'missing_sidecars', 'refuse_missing', 'write_sidecar', 'remove_sidecar',
+           'copy_bucket', 'migrate_bucket', 'migrate_tree', 'prx_migrate_mds', 'prx_write_mds']
 
 # %% ../nbs/07_mds.ipynb #67faddf4
-MDS_COLUMNS = {'jpg': 'bytes', 'caption': 'str', 'width': 'int32', 'height': 'int32', 'id': 'str'}
+MDS_COLUMNS = {'image': 'jpeg', 'caption': 'str', 'width': 'int32', 'height': 'int32',
+               'original_width': 'int32', 'original_height': 'int32', 'id': 'str'}  # and caption_<name> (str) per caption column
+LEGACY_COLUMNS = {'jpg': 'bytes', 'caption': 'str', 'width': 'int32', 'height': 'int32', 'id': 'str'}  # trees written before the `image` field
+
+def caption_fields(schema:pa.Schema, # the Lance table's schema
+                  )->list:
+    "The table's caption columns that samples carry as fields of their own: its string columns named `caption_*`, sorted"
+    return sorted(f.name for f in schema if f.name.startswith('caption_') and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type)))
+
+def sample_columns(captions:list, # caption columns of the table (`caption_fields`)
+                  )->dict:
+    "Field → MDS encoding of the samples a bucket holds: `MDS_COLUMNS` and each caption column as a `str` field"
+    return MDS_COLUMNS | {c: 'str' for c in captions}
+
+def _writer_columns(columns:dict)->dict:
+    "The columns as `MDSWriter` is given them: a `jpeg` field written as the `bytes` it already is (never re-encoded)"
+    return {k: 'bytes' if v == 'jpeg' else v for k, v in columns.items()}
+
+def _mark_jpeg(folder:Path, columns:dict):
+    "Give the `jpeg` fields of the MDS dataset in `folder` their encoding in `index.json` (the shard bytes are the same)"
+    p = folder / 'index.json'
+    if not p.exists(): return
+    idx = json.loads(p.read_text())
+    for s in idx['shards']: s['column_encodings'] = [columns.get(n, e) for n, e in zip(s['column_names'], s['column_encodings'])]
+    p.write_text(json.dumps(idx, sort_keys=True))
+
+def raw_images(reader, # an MDS shard reader (`streaming.base.format.reader_from_json`)
+              ):
+    "The reader with its `jpeg` fields read as the JPEG bytes stored (no decode); the legacy `jpg` field too"
+    if hasattr(reader, 'column_encodings'):
+        reader.column_encodings = ['bytes' if e == 'jpeg' else e for e in reader.column_encodings]
+    return reader
+
+def as_image_sample(sample:dict, # a sample as a reader returns it
+                   )->dict:
+    "The sample with its JPEG under `image`: a tree written before the `image` field holds it as `jpg`"
+    if 'jpg' in sample and 'image' not in sample: sample['image'] = sample.pop('jpg')
+    return sample
 
 def _positions(ds, filt:str, columns:list)->pa.Table:
     "`columns` of the rows of the Lance dataset `ds` where `filt` holds, with `_pos`: each row's position, as `ds.take` counts."
@@ -126,15 +164,17 @@ def write_part(ds, # the Lance dataset (at the version being written)
     "Bucket and encode `rows` into one MDS dataset at `part`; a finished part is reused."
     from streaming import MDSWriter
     schema, man, rej, rows = _manifest_schema(ds), [], [], _as_rows(rows)
+    caps = caption_fields(ds.schema)
+    columns = sample_columns(caps)
     how = (f'{caption_column}|{",".join(schema.names)}|q{bucketer.quality}|planar={bucketer.planar}'
-           f'|oversample={bucketer.oversample}')
+           f'|oversample={bucketer.oversample}|fields={",".join(columns)}')
     digest = _ids_digest([how, *rows['id'].to_pylist()])  # reused only for the same rows, written the same way
     if (info := _done_part(part, digest)) is not None: return info
     tmp = part.with_name(part.name + '.partial')
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    with MDSWriter(out=str(tmp), columns=MDS_COLUMNS, size_limit=shard_bytes, hashes=['sha1']) as w:
-        for r in _rows(ds, rows, ['id', 'image', 'uri', 'nbytes', caption_column] + schema.names[5:]):
+    with MDSWriter(out=str(tmp), columns=_writer_columns(columns), size_limit=shard_bytes, hashes=['sha1']) as w:
+        for r in _rows(ds, rows, list(dict.fromkeys(['id', 'image', 'uri', 'nbytes', caption_column, *caps] + schema.names[5:]))):
             data, err = image_bytes(r)
             b = bucketer(data) if data is not None else None
             if data is None: why = ('unreadable', err)
@@ -146,10 +186,12 @@ def write_part(ds, # the Lance dataset (at the version being written)
                 continue
             if f'{b.tier}/{b.bucket}' != key:
                 raise RuntimeError(f'{r["id"]}: planned for {key}, bucketed as {b.tier}/{b.bucket}')
-            w.write(dict(jpg=b.jpeg, caption=r[caption_column], width=b.width, height=b.height, id=r['id']))
+            w.write(dict(image=b.jpeg, caption=r[caption_column], width=b.width, height=b.height, original_width=b.src_width,
+                         original_height=b.src_height, id=r['id'], **{c: r[c] or '' for c in caps}))
             man.append(dict(id=r['id'], lance_version=ds.version, src_width=b.src_width,
                             src_height=b.src_height, src_nbytes=r['nbytes'],
                             **{c: r[c] for c in schema.names[5:]}))
+    _mark_jpeg(tmp, columns)
     man, rej = pa.Table.from_pylist(man, schema), pa.Table.from_pylist(rej, _REJECTED)
     return _seal_part(tmp, part, man=man, rej=rej, info=dict(ids_digest=digest))
 
@@ -183,11 +225,15 @@ def merge_parts(parts:list, # finished part folders, in sample order
     tmp = final.with_name(final.name + '.partial')
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    shards, mans, rejs = [], [], []
+    shards, mans, rejs, layout = [], [], [], None
     for p in parts:
         names, idx = [], []
-        for s in json.loads((p / 'index.json').read_text())['shards']:
+        for s in json.loads((p / 'index.json').read_text())['shards'] if (p / 'index.json').exists() else []:
             if s.get('zip_data'): raise ValueError(f'{p}: compressed shards are not supported here')
+            if layout is None: layout = s['column_names']
+            elif s['column_names'] != layout:
+                raise ValueError(f'{final}: its samples hold the fields {layout}, the rows added {s["column_names"]}; a bucket '
+                                 'holds one layout: write the new rows into a new tree, or rewrite this one from its table')
             name = f'shard.{len(shards):05d}.mds'
             _link(p / s['raw_data']['basename'], tmp / name)
             shards.append(s | dict(raw_data=s['raw_data'] | dict(basename=name)))
@@ -303,7 +349,8 @@ def abs_table(table:str|Path|None, # a Lance table: a local path (relative to th
 
 def _bucket_meta(ds, key:str, *, bucketer:Bucketer, caption_column:str, shard_bytes:int)->dict:
     return dict(made_by='prx_nb.mds.write_bucket', bucket=key, table=abs_table(ds.uri), lance_version=ds.version,
-                caption_column=caption_column, shard_bytes=shard_bytes, quality=bucketer.quality)
+                caption_column=caption_column, shard_bytes=shard_bytes, quality=bucketer.quality,
+                fields=list(sample_columns(caption_fields(ds.schema))))
 
 def _parts_dir(out:Path, key:str)->Path: return out / (key + '.parts')
 
@@ -518,11 +565,18 @@ def write_mds(table:str, # the Lance table
 # %% ../nbs/07_mds.ipynb #787193cc
 def iter_bucket(bucket:str|Path, # a bucket folder
                ):
-    "Every sample of a bucket folder, in order, read through the MDS shard readers."
+    "Every sample of a bucket folder, in order, read through the MDS shard readers; its JPEG as the bytes stored, under `image`"
     from streaming.base.format import reader_from_json
     for s in json.loads((Path(bucket) / 'index.json').read_text())['shards']:
-        r = reader_from_json(str(bucket), None, s)
-        for i in range(r.samples): yield r[i]
+        r = raw_images(reader_from_json(str(bucket), None, s))
+        for i in range(r.samples): yield as_image_sample(r[i])
+
+def bucket_columns(bucket:str|Path, # a bucket folder (with samples)
+                  )->dict:
+    "Field → MDS encoding of the bucket's samples, as its `index.json` gives them (`LEGACY_COLUMNS` for a tree written before `image`)"
+    shards = json.loads((Path(bucket) / 'index.json').read_text())['shards']
+    if not shards: return {}
+    return dict(zip(shards[0]['column_names'], shards[0]['column_encodings']))
 
 # %% ../nbs/07_mds.ipynb #594625f8
 _BUCKET_NAME = re.compile(r'\d+x\d+')
@@ -709,12 +763,14 @@ def copy_bucket(src:Path, # a bucket folder
     tmp.mkdir(parents=True)
     man, keep = pq.read_table(src / 'manifest.parquet'), []
     rows = man.select(['id', 'shard', 'index']).to_pylist()
-    with MDSWriter(out=str(tmp), columns=MDS_COLUMNS, size_limit=shard_bytes, hashes=['sha1']) as w:
+    columns = bucket_columns(src)  # the source's layout, field for field
+    with MDSWriter(out=str(tmp), columns=_writer_columns(columns), size_limit=shard_bytes, hashes=['sha1']) as w:
         for i, (m, s) in enumerate(zip(rows, iter_bucket(src), strict=True)):
             if s['id'] != m['id']: raise RuntimeError(f'{src}: manifest and shards disagree at {m["id"]}')
             if drop(m): continue
-            w.write({k: s[k] for k in MDS_COLUMNS})
+            w.write({k: s['image' if k == 'jpg' else k] for k in columns})
             keep.append(i)
+    _mark_jpeg(tmp, columns)
     kept = man.take(pa.array(keep, pa.int64())).drop_columns(['shard', 'index'])
     digest = _ids_digest(kept['id'].to_pylist())
     _seal_part(tmp, part, man=kept, rej=_REJECTED.empty_table(), info=dict(ids_digest=digest))
@@ -725,6 +781,53 @@ def copy_bucket(src:Path, # a bucket folder
     res = merge_parts([part], dst, meta)
     shutil.rmtree(pdir, ignore_errors=True)
     return res
+
+# %% ../nbs/07_mds.ipynb #c0ffee41
+def migrate_bucket(bucket:str|Path, # a finished bucket folder
+                  )->bool:
+    "Give a bucket written with the legacy `jpg` field the `image` (MDS `jpeg`) field; `index.json` and `bucket.json` only, the shards stay byte-identical. True when it changed."
+    b = Path(bucket)
+    p = b / 'index.json'
+    if not p.exists(): return False
+    idx, changed = json.loads(read_whole(p)), False
+    for s in idx['shards']:
+        if 'jpg' not in s['column_names']: continue
+        enc = dict(zip(s['column_names'], s['column_encodings']))
+        if enc['jpg'] != 'bytes': raise ValueError(f'{p}: the jpg field is {enc["jpg"]!r}, not the bytes prx_nb wrote; left as it is')
+        s['column_encodings'] = ['jpeg' if n == 'jpg' else e for n, e in zip(s['column_names'], s['column_encodings'])]
+        s['column_names'] = ['image' if n == 'jpg' else n for n in s['column_names']]  # same place: the bytes are read in this order
+        changed = True
+    if not changed: return False
+    for name, data in (('index.json', json.dumps(idx, sort_keys=True)),
+                       ('bucket.json', json.dumps(json.loads(read_whole(b / 'bucket.json')) |
+                                                  dict(migrated=dict(fields={'jpg': 'image'}, at=time.strftime('%Y-%m-%dT%H:%M:%S'))), indent=1))):
+        tmp = b / f'{name}.tmp{os.getpid()}'
+        tmp.write_text(data)
+        os.replace(tmp, b / name)
+    return True
+
+def migrate_tree(root:str|Path, # a local MDS tree
+                 progress:bool=True, # show a progress bar
+                )->dict:
+    "Migrate every bucket of the tree written with the legacy `jpg` field (see `migrate_bucket`); bucket key → whether it changed"
+    if '://' in str(root): raise ValueError(f'{root}: migrate a local copy of the tree, then upload its index.json and bucket.json files')
+    bs = list(iter_buckets(root))
+    if not bs: raise ValueError(f'{root}: no finished bucket (<tier>/<W>x<H> with bucket.json); check the path')
+    out = {}
+    for b in tqdm(bs, desc='buckets', unit='bucket', disable=not progress):
+        if problems := check_bucket(b): refuse_damaged(problems, f'migrating {b}')
+        out[bucket_key(b)] = migrate_bucket(b)
+    return out
+
+@call_parse
+def prx_migrate_mds(mds:str=None, # root of the MDS tree (required)
+                    quiet:bool=False, # no progress bar
+                   ):
+    "Give a tree written with the `jpg` field the `image` field trainers read (MDS `jpeg`): index.json and bucket.json only, shards unchanged"
+    if not mds: raise SystemExit('prx_migrate_mds: --mds is required')
+    try: got = migrate_tree(mds, progress=not quiet)
+    except ValueError as e: raise SystemExit(f'prx_migrate_mds: {e}') from None
+    print(f'{sum(got.values())} of {len(got)} buckets migrated (jpg -> image); the others had the image field already')
 
 # %% ../nbs/07_mds.ipynb #7bd79573
 @call_parse

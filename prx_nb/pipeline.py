@@ -62,6 +62,8 @@ CONFIG = {
     'mds': dict(caption_column=('', 'the caption in the samples (empty: caption_<caption.name> when captioning, else caption_source)'),
                 where=('', 'only rows where this SQL holds (empty: all usable rows)'),
                 tiers=(list(TIERS), 'resolution tiers (about tier^2 pixels each)'),
+                patch=(0, "the trainer's patch size in pixels, e.g. 32 for PRX at 1024: buckets on its ArAwareResize grid "
+                          '(0: off; it must divide every tier)'),
                 max_upscale=(MAX_UPSCALE, 'never upscale by more than this per side'),
                 quality=(92, 'JPEG quality'),
                 shard_bytes=(128 << 20, 'MDS shard size limit'),
@@ -148,9 +150,12 @@ def _check_values(c:dict, where:str):
         bad('filter.labels', f'names {sorted(extra)}, which classify.labels does not give')
     if not 0 <= c['filter']['min_score'] <= 1: bad('filter.min_score', 'must be in [0, 1]')
     if c['dedup']['radius'] < 0: bad('dedup.radius', 'must be >= 0')
-    try: _bucketer(c['mds'])
-    except ValueError as e: bad('mds', str(e))
     m = c['mds']
+    if m['patch'] < 0: bad('mds.patch', f"must be 0 (off) or the trainer's patch size in pixels, got {m['patch']}")
+    try: _bucketer(m | dict(patch=0))
+    except ValueError as e: bad('mds', str(e))
+    try: _bucketer(m)  # the other options are good: what fails now is the patch's
+    except ValueError as e: bad('mds.patch', f"{m['patch']} does not fit mds.tiers: {e}")
     if m['part_rows'] < 1: bad('mds.part_rows', f"must be at least 1, got {m['part_rows']}")
     if m['shard_bytes'] < 1 << 20: bad('mds.shard_bytes', f"must be at least 1 MiB (1048576), got {m['shard_bytes']}")
     if m['where'] and (why := _sql_problem(m['where'])): bad('mds.where', f"is not an SQL condition ({why}): {m['where']!r}")
@@ -193,7 +198,7 @@ def _caption_backend(k:dict)->Backend:
 def _bucketer(m:dict)->Bucketer:
     "The `Bucketer` of the [mds] options."
     if not m['tiers'] or any(t < 64 for t in m['tiers']): raise ValueError(f"tiers must be sizes of at least 64, got {m['tiers']}")
-    return Bucketer(m['tiers'], max_upscale=m['max_upscale'], quality=m['quality'])
+    return Bucketer(m['tiers'], max_upscale=m['max_upscale'], quality=m['quality'], patch=m['patch'] or None)
 
 # %% ../nbs/09_pipeline.ipynb #8781a12e
 def _digest(*parts)->str: return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]

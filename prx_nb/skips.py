@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_skips.ipynb #e622e538
 from __future__ import annotations
-import contextlib, json, os, re, time, warnings
+import contextlib, json, logging, os, re, time, warnings
 from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from fastcore.basics import patch
@@ -18,9 +18,10 @@ from .mds import (BucketWrite, iter_buckets, bucket_key, skip_path, skip_files, 
 
 # %% auto #0
 __all__ = ['REMOTE_RECORD', 'REWRITE_MARK', 'locked', 'set_skips', 'add_skips', 'read_skips', 'skip_shards', 'skip_reasons',
-           'skip_ids', 'optout_indices', 'stream_optouts', 'stale_optouts', 'fetch_tree_files', 'SkipStreamingDataset',
-           'keep_samples', 'skip_stats', 'optout', 'sync_optouts', 'rewrite_bucket', 'rewrite', 'check_tree',
-           'read_ids', 'prx_skip', 'prx_optout', 'prx_skip_stats', 'prx_rewrite', 'prx_check']
+           'skip_ids', 'optout_indices', 'stream_optouts', 'stale_optouts', 'fetch_tree_files', 'SkipsMixin',
+           'SkipStreamingDataset', 'pad_multiple', 'keep_samples', 'skip_stats', 'optout', 'sync_optouts',
+           'rewrite_bucket', 'rewrite', 'check_tree', 'read_ids', 'prx_skip', 'prx_optout', 'prx_skip_stats',
+           'prx_rewrite', 'prx_check']
 
 # %% ../nbs/07a_skips.ipynb #76e84d33
 @contextlib.contextmanager
@@ -210,21 +211,22 @@ def fetch_tree_files(st, # a `streaming.Stream` with `remote`
 # %% ../nbs/07a_skips.ipynb #5d365382
 _WEIGHTS = ('proportion', 'repeat', 'choose')  # what `Stream.apply_weights` sets on each stream
 
-class SkipStreamingDataset(StreamingDataset):
-    "A `StreamingDataset` that never yields a sample on the skip lists of `reasons`."
-    def __init__(self,
-                 *,
-                 reasons=None, # skip-list reasons to apply (None: every reason present)
-                 on_skip:str='substitute', # 'substitute' a kept sample for a skipped one, or 'drop' it
-                 validate_hash:bool|str|None=None, # check every shard's SHA-1 against `index.json`: remote ones as they are downloaded (None: on for remote streams), local ones once at set-up (None: off)
-                 **kwargs, # everything `StreamingDataset` takes
-                ):
-        if on_skip not in ('substitute', 'drop'):
-            raise ValueError(f"on_skip must be 'substitute' or 'drop', not {on_skip!r}")
+class SkipsMixin:
+    "Skip lists for any `StreamingDataset` subclass, its constructor unchanged: mixed in by `prx_nb.loader.with_skips`"
+    skip_reasons = None # skip-list reasons to apply (None: every reason present; opt-outs always apply)
+    skip_on = 'substitute' # a skipped sample: 'substitute' a kept one of its shard, or 'drop' it from the epoch
+    skip_small = None # a stream's last short batch under a per-stream batching: 'pad' (repeats), 'drop', or None (Mosaic's way)
+    skip_validate_hash = None # SHA-1 checks (see `SkipStreamingDataset`); None: Mosaic's `validate_hash` as given
+    raw_images = False # read `jpeg` fields as the JPEG bytes stored, under `image` (prx_nb's own loaders)
+
+    def __init__(self, *args, **kwargs):
+        if self.skip_on not in ('substitute', 'drop'):
+            raise ValueError(f"on_skip must be 'substitute' or 'drop', not {self.skip_on!r}")
+        if self.skip_small not in (None, 'pad', 'drop'): raise ValueError(f"small must be 'pad', 'drop' or None, not {self.skip_small!r}")
         streams = kwargs.get('streams') or []
         weights = [{a: getattr(st, a) for a in _WEIGHTS if hasattr(st, a)} for st in streams]
         for attempt in range(8):
-            try: super().__init__(**kwargs); break
+            try: super().__init__(*args, **kwargs); break
             except FileExistsError:  # Mosaic picks a free shared-memory prefix, then creates it: another process starting a
                 if attempt == 7 or _distributed(): raise  # dataset in between takes it first; pick again, alone only
                 for st, w in zip(streams, weights):  # Mosaic derived every stream's weights before it failed: undo that
@@ -232,21 +234,57 @@ class SkipStreamingDataset(StreamingDataset):
                         if a in w: setattr(st, a, w[a])
                         elif hasattr(st, a): delattr(st, a)
                 time.sleep(0.02 + 0.08 * np.random.default_rng().random())
+        self._setup_skips()
+
+    def _setup_skips(self):
+        "Read the skip lists and opt-outs of every stream and build the substitution table (after the base class set up its streams)"
         for st in self.streams:  # skip lists, manifests and the record travel with `remote=`; local shards are checked
             if st.remote: fetch_tree_files(st)
-        self.validate_hash = validate_hash
+        self.validate_hash = self.skip_validate_hash  # Mosaic keeps its own `validate_hash` on the streams, for downloads
         self._check_shards()
-        self.reasons = None if reasons is None else set(reasons) | {'optout'}  # opt-outs always apply
-        self.on_skip = on_skip
+        self.reasons = None if self.skip_reasons is None else set(self.skip_reasons) | {'optout'}  # opt-outs always apply
+        self.on_skip = self.skip_on
+        if self.raw_images:
+            from prx_nb.mds import raw_images
+            for s in self.shards: raw_images(s)
         self._lut = self._substitutes()
-        if on_skip == 'drop': self._lut[self._lut != np.arange(len(self._lut))] = -1
+        if self.on_skip == 'drop': self._lut[self._lut != np.arange(len(self._lut))] = -1
         # batchings that partition each stream on its own drop skipped samples before partitioning (see `resample_streams`)
-        self._drop_early = on_skip == 'drop' and self.num_skipped > 0 and self.batching_method != 'random'
+        self._drop_early = self.on_skip == 'drop' and self.num_skipped > 0 and self.batching_method != 'random'
         self._serve = self._lut.tolist()  # a list: the cheapest per-sample lookup from Python
+
+class SkipStreamingDataset(SkipsMixin, StreamingDataset):
+    "A `StreamingDataset` that never yields a sample on the skip lists of `reasons`."
+    def __init__(self,
+                 *,
+                 reasons=None, # skip-list reasons to apply (None: every reason present)
+                 on_skip:str='substitute', # 'substitute' a kept sample for a skipped one, or 'drop' it
+                 validate_hash:bool|str|None=None, # check every shard's SHA-1 against `index.json`: remote ones as they are downloaded (None: on for remote streams), local ones once at set-up (None: off)
+                 small:str|None=None, # a stream's last short batch under a per-stream batching: 'pad', 'drop' or None (Mosaic's way)
+                 **kwargs, # everything `StreamingDataset` takes
+                ):
+        self.skip_reasons, self.skip_on, self.skip_small, self.skip_validate_hash = reasons, on_skip, small, validate_hash
+        super().__init__(**kwargs)
+
+@patch
+def set_proportions(self:SkipsMixin,
+                    shares:list, # one share of the epoch per stream, in order (as `Stream(proportion=)` takes it)
+                   ):
+    "Give each stream its share of the epoch after construction, for a trainer's class whose own constructor cannot pass it on"
+    from math import ceil
+    from streaming import Stream
+    if len(shares) != len(self.streams): raise ValueError(f'{len(shares)} shares for {len(self.streams)} streams')
+    if any(s is None or s <= 0 for s in shares): raise ValueError(f'every share must be positive: {shares}')
+    for st, s in zip(self.streams, shares):
+        for a in _WEIGHTS:
+            if hasattr(st, a): delattr(st, a)
+        st._proportion, st._repeat, st._choose = float(s), None, None
+    self.epoch_size = Stream.apply_weights(self.streams, self.samples_per_stream, None, self.shuffle_seed)
+    self.length = ceil(self.epoch_size / self._parallel_rank_world.num_ranks)
 
 # %% ../nbs/07a_skips.ipynb #8f0a9b19
 @patch
-def _shard_skips(self:SkipStreamingDataset)->list:
+def _shard_skips(self:SkipsMixin)->list:
     "Per shard of the dataset: the set of its skipped sample indices."
     cache, trees, out = {}, {}, []
     for sid, shard in enumerate(self.shards):
@@ -261,7 +299,7 @@ def _shard_skips(self:SkipStreamingDataset)->list:
 
 # %% ../nbs/07a_skips.ipynb #c0ffee25
 @patch
-def _check_shards(self:SkipStreamingDataset):
+def _check_shards(self:SkipsMixin):
     "Stop, naming the file or object, when a shard is missing, not the size `index.json` gives, or has a damaged header (and, with `validate_hash`, a changed SHA-1)"
     from prx_nb.mds import shard_header_problem, file_sha1
     self._where = {}
@@ -292,14 +330,14 @@ def _remote_obj(st, name:str)->str:
     return st.remote.rstrip('/') + ('/' + st.split if st.split else '') + '/' + name
 
 @patch
-def on_exception(self:SkipStreamingDataset, future):
+def on_exception(self:SkipsMixin, future):
     "Keep a download thread's error for the iterating process to raise (Mosaic raises it inside the callback, where it is lost)"
     if (e := future.exception()) is not None:
         self._thread_error = getattr(self, '_thread_error', None) or e
         self._event.set()
 
 @patch
-def _download_error(self:SkipStreamingDataset, e:BaseException)->ValueError:
+def _download_error(self:SkipsMixin, e:BaseException)->ValueError:
     "One error naming the remote object (bucket, shard) that a download or read failed on"
     msg = str(e)
     where = next(((st, name, path) for path, (st, name) in getattr(self, '_where', {}).items()
@@ -315,18 +353,18 @@ def _download_error(self:SkipStreamingDataset, e:BaseException)->ValueError:
                       'restore the object, or run `prx_check` on the tree')
 
 @patch
-def __iter__(self:SkipStreamingDataset):
-    "The stock iteration; a download thread's failure is raised here, naming the object, instead of ending the epoch short"
+def __iter__(self:SkipsMixin):
+    "The base class's iteration; a download thread's failure is raised here, naming the object, instead of ending the epoch short"
     self._thread_error = None
     if getattr(self, '_event', None) is not None and self._event.is_set(): self._event.clear()  # a failed epoch before
-    try: yield from StreamingDataset.__iter__(self)
+    try: yield from super(SkipsMixin, self).__iter__()
     except (RuntimeError, FileNotFoundError, OSError) as e:
         raise self._download_error(self._thread_error or e) from None
     if self._thread_error is not None: raise self._download_error(self._thread_error) from None
 
 # %% ../nbs/07a_skips.ipynb #4cc76715
 @patch
-def _substitutes(self:SkipStreamingDataset)->np.ndarray:
+def _substitutes(self:SkipsMixin)->np.ndarray:
     "Global sample id → the id served in its place (itself when kept)."
     n, spp = int(self.num_samples), np.asarray(self.samples_per_shard, np.int64)
     offsets = np.concatenate([[0], np.cumsum(spp)])
@@ -341,7 +379,7 @@ def _substitutes(self:SkipStreamingDataset)->np.ndarray:
     for i, st in enumerate(self.streams):  # a stream with nothing left could only be served from other streams
         if self.skipped_per_stream[i] == offsets[sso[i + 1]] - offsets[sso[i]]:
             raise ValueError(f'every sample of the stream {_stream_dir(st)} is skipped: nothing to stream from it; '
-                             'leave it out of the streams (`prx_nb.loader.tree_dataset` does so by itself)')
+                             'leave it out of the streams (`prx_nb.loader.tree_dataset` and `prx_dataset` do so by themselves)')
     for s in np.flatnonzero([bool(sk) for sk in skips]):
         lo, hi = offsets[s], offsets[s + 1]
         g, kept = lo + np.flatnonzero(skipped[lo:hi]), lo + np.flatnonzero(~skipped[lo:hi])
@@ -354,18 +392,45 @@ def _substitutes(self:SkipStreamingDataset)->np.ndarray:
 
 # %% ../nbs/07a_skips.ipynb #caf4602c
 @patch
-def _get_work(self:SkipStreamingDataset, epoch:int, sample_in_epoch:int)->np.ndarray:
+def _get_work(self:SkipsMixin, epoch:int, sample_in_epoch:int)->np.ndarray:
     "This worker's sample ids for the epoch, with skipped ones substituted (or -1: dropped)."
-    ids = StreamingDataset._get_work(self, epoch, sample_in_epoch)
+    self._pad_world = getattr(self, '_parallel_worker_world', None)  # the world the per-stream padding fills batches for
+    log = logging.getLogger(f'streaming.base.batching.{self.batching_method}')
+    level = log.level
+    if self.skip_small == 'pad': log.setLevel(logging.ERROR)  # Mosaic's warning about short batches: padded, none is
+    try: ids = super(SkipsMixin, self)._get_work(epoch, sample_in_epoch)
+    finally: log.setLevel(level)
     return np.where(ids >= 0, self._lut[np.maximum(ids, 0)], ids) if self.num_skipped else ids
 
+def pad_multiple(batching_method:str, # 'per_stream' or 'device_per_stream'
+                 world, # a `streaming.base.world.World` (nodes, ranks per node, workers per rank)
+                 batch_size:int, # samples per device batch
+                 num_canonical_nodes:int|None=None, # Mosaic's canonical nodes (None: the physical nodes)
+                )->int:
+    "Samples a stream must hold, a multiple of this, so that the batching fills every batch with none left over"
+    import math
+    if batching_method == 'device_per_stream':  # each canonical node's share split evenly over ranks and workers,
+        c = num_canonical_nodes or world.num_nodes  # each physical node's share whole device batches
+        return math.lcm(c * world.ranks_per_node * world.workers_per_rank, world.num_nodes * batch_size)
+    return batch_size * world.num_ranks  # per_stream: whole global batches
+
 @patch
-def resample_streams(self:SkipStreamingDataset, epoch:int, stream_id:int|None=None)->tuple:
-    "The stock resampling (shuffle units, sample ids) of the epoch; under `drop` with a per-stream batching, without the skipped samples."
+def resample_streams(self:SkipsMixin, epoch:int, stream_id:int|None=None)->tuple:
+    "The base resampling (shuffle units, sample ids) of the epoch: skipped samples out under `drop` with a per-stream batching, and with `small`, each stream padded or cut to whole batches"
     with np.errstate(divide='ignore', invalid='ignore'):  # a shard with no samples (one image over the size limit) divides by 0
-        units, ids = StreamingDataset.resample_streams(self, epoch, stream_id)
-    if not getattr(self, '_drop_early', False) or not len(ids): return units, ids
-    return keep_samples(units, ids, self._lut[ids] >= 0)
+        units, ids = super(SkipsMixin, self).resample_streams(epoch, stream_id)
+    if getattr(self, '_drop_early', False) and len(ids): units, ids = keep_samples(units, ids, self._lut[ids] >= 0)
+    if stream_id is None or self.skip_small is None or not len(ids): return units, ids
+    w = getattr(self, '_pad_world', None) or self._parallel_rank_world
+    g = pad_multiple(self.batching_method, w, self.batch_size or 1, self.num_canonical_nodes)
+    rng = np.random.default_rng([self.shuffle_seed, epoch, stream_id])  # the same on every rank and run
+    if self.skip_small == 'drop':  # whole batches only, the remainder chosen at random (Mosaic's partitioner would
+        if not (rem := len(ids) % g): return units, ids  # otherwise fill the short ranks with repeats)
+        keep = np.ones(len(ids), bool); keep[rng.choice(len(ids), rem, replace=False)] = False
+        return keep_samples(units, ids, keep)
+    if not (short := -len(ids) % g): return units, ids
+    pad = np.concatenate([np.tile(ids, short // len(ids)), rng.choice(ids, short % len(ids), replace=False)])
+    return np.append(units, short), np.concatenate([ids, np.sort(pad)])
 
 def keep_samples(units:np.ndarray, # shuffle unit sizes, as `StreamingDataset.resample_streams` returns them
                  ids:np.ndarray, # the epoch's sample ids, unit after unit
@@ -377,14 +442,16 @@ def keep_samples(units:np.ndarray, # shuffle unit sizes, as `StreamingDataset.re
 
 # %% ../nbs/07a_skips.ipynb #573fc94e
 @patch
-def get_item(self:SkipStreamingDataset, sample_id:int, retry:int=7):
+def get_item(self:SkipsMixin, sample_id:int, retry:int=7):
     "The sample at `sample_id`, or its substitute when it is skipped."
     s = self._serve[sample_id]
     if s < 0:
         raise IndexError(f'sample {sample_id} is on a skip list and this loader drops skipped samples '
                          '(on_skip="drop")')
-    x = StreamingDataset.get_item(self, s, retry)
-    return {k: v.item() if isinstance(v, np.generic) else v for k, v in x.items()}  # width, height: plain ints
+    x = super(SkipsMixin, self).get_item(s, retry)
+    x = {k: v.item() if isinstance(v, np.generic) else v for k, v in x.items()}  # width, height: plain ints
+    if self.raw_images and 'jpg' in x and 'image' not in x: x['image'] = x.pop('jpg')  # a tree written before `image`
+    return x
 
 # %% ../nbs/07a_skips.ipynb #63decd91
 def skip_stats(root:str|Path, # an MDS tree

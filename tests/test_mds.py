@@ -93,7 +93,7 @@ def test_ray_write_matches_local(tmp_path, demo):
     for k in local.buckets:
         a, b = list(iter_bucket(tmp_path / 'local' / k)), list(iter_bucket(tmp_path / 'ray' / k))
         assert [s['id'] for s in b] == [s['id'] for s in a], k
-        assert [s['jpg'] for s in b] == [s['jpg'] for s in a], k
+        assert [s['image'] for s in b] == [s['image'] for s in a], k
         ma, mb = (pq.read_table(tmp_path / d / k / 'manifest.parquet') for d in ('local', 'ray'))
         assert mb.drop_columns(['shard', 'index']).equals(ma.drop_columns(['shard', 'index']))
         assert pq.read_table(tmp_path / 'ray' / k / 'rejected.parquet').equals(pq.read_table(tmp_path / 'local' / k / 'rejected.parquet'))
