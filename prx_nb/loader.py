@@ -65,6 +65,12 @@ def _counts(st:Stream, reasons, trees:dict)->tuple:
 
 _BATCHINGS = ('per_stream', 'device_per_stream')
 
+def _local_stream(p:Path)->Stream:
+    "A `Stream` over the local bucket folder `p`, its defaults applied (for counting what it serves)"
+    st = Stream(local=str(p))
+    st.apply_default(dict(split=None, download_retry=2, download_timeout=60, validate_hash=None, keep_zip=False))
+    return st
+
 class TreeDataset(SkipStreamingDataset):
     "A `SkipStreamingDataset` over the buckets of a tree, one stream each, whose every batch holds samples of one bucket."
     raw_images = True  # the JPEG as stored, under `image`: decoded by `decode_sample` or `collate`, never twice
@@ -131,7 +137,7 @@ def _small_buckets(keys:list, counts:dict, *, small:str, on_skip:str, batch_size
     "Bucket key → why it is left out: every sample skipped, or (with `small='drop'`) fewer samples than one batch fills"
     left = {k: f'every one of its {n} samples is skipped' for k, (n, kept) in counts.items() if not kept}
     if small == 'drop':
-        g = pad_multiple(batching, World.detect(), batch_size, canonical)  # the ranks Mosaic will see; one worker each
+        g = pad_multiple(batching, World.detect(), batch_size=batch_size, num_canonical_nodes=canonical)  # the ranks Mosaic will see; one worker each
         n_of = lambda k: counts[k][1] if on_skip == 'drop' else counts[k][0]
         what = 'one global batch' if batching == 'per_stream' else 'one device batch on every device'
         left |= {k: f'{n_of(k)} samples, fewer than {what} ({g}) (small="drop")' for k in keys
@@ -284,7 +290,7 @@ def prx_locals(local, # PRX's `local`: one folder or a list (a prx_nb tree, one 
         keys = [k for k in tree_buckets(root) if tier is None or k.split('/')[0] == tier]
         counts = {}
         for k in keys:
-            st = Stream(local=str(Path(root) / k)); st.apply_default(dict(split=None))
+            st = _local_stream(Path(root) / k)
             counts[k] = _counts(st, reasons, trees)
         gone = _small_buckets(keys, counts, small=small, on_skip=on_skip, batch_size=batch_size or 1,
                               batching=batching_method, canonical=None)
@@ -342,7 +348,7 @@ def prx_yaml(root:str|Path, # a local prx_nb tree
     if not keys: raise ValueError(f'{root}: no finished buckets (<tier>/<W>x<H> with bucket.json and index.json); check the path')
     kept, fields = {}, set()
     for k in keys:
-        st = Stream(local=str(root / k)); st.apply_default(dict(split=None))
+        st = _local_stream(root / k)
         t = k.split('/')[0]
         kept[t] = kept.get(t, 0) + _counts(st, reasons, trees)[1]
         fields |= set(json.loads((root / k / 'index.json').read_text())['shards'][0]['column_names'])
@@ -390,7 +396,7 @@ def batch_report(ds, # a dataset with skips: `tree_dataset`, `prx_dataset` or a 
     "Per stream (bucket), before any training: samples, kept, served, repeated (padding) and kept-but-dropped, for a world; from Mosaic's own batching"
     import pandas as pd
     from streaming.base.batching import generate_work
-    world = World(nodes, ranks_per_node, workers, 0)
+    world = World(num_nodes=nodes, ranks_per_node=ranks_per_node, workers_per_rank=workers, worker=0)
     saved = {a: getattr(ds, a, None) for a in ('batch_size', 'num_canonical_nodes', 'shuffle_block_size', '_pad_world')}
     try:
         ds.batch_size = batch_size or ds.batch_size
@@ -401,7 +407,7 @@ def batch_report(ds, # a dataset with skips: `tree_dataset`, `prx_dataset` or a 
         ds._pad_world = world
         log = logging.getLogger('streaming.base.batching')
         level = log.level; log.setLevel(logging.ERROR)
-        try: work = generate_work(ds.batching_method, ds, world, epoch, 0)
+        try: work = generate_work(ds.batching_method, ds, world, epoch=epoch, sample_in_epoch=0)
         finally: log.setLevel(level)
         b = ds.batch_size
     finally:
@@ -466,7 +472,7 @@ def _decode_one(img, dtype:str):
         decode_jpeg, RGB = _decoder()
         t = decode_jpeg(_tensor(img), mode=RGB)
     elif isinstance(img, torch.Tensor): t = img
-    else: t = torch.from_numpy(np.asarray(img.convert('RGB'))).permute(2, 0, 1).contiguous()  # a PIL image (Mosaic's jpeg decode)
+    else: t = torch.from_numpy(np.array(img.convert('RGB'))).permute(2, 0, 1).contiguous()  # a PIL image (Mosaic's jpeg decode)
     return _as_dtype(t, dtype)
 
 def decode_sample(sample:dict, # a sample as a tree's MDS holds it: `image` (JPEG bytes, or a PIL image from a stock reader) or `jpg` bytes

@@ -353,6 +353,10 @@ def _optout_stage(c:dict, p:dict, progress:bool)->StageRun:
     return StageRun('optout', 'ran', rows_in=len(ids), reasons=dict(optout=n), outputs=dict(not_in_tree=r['not_found']))
 
 # %% ../nbs/09_pipeline.ipynb #e77fac6d
+def _mds_options(c:dict)->dict:
+    "The [mds] options that make the tree: `patch` only when set (trees written before it had none, and stay as they are)"
+    return {k: v for k, v in c['mds'].items() if not (k == 'patch' and not v)}
+
 _STAGES = [  # name, function, applies when, the options in its key; opt-outs before the tree: it never holds them
     ('ingest', _ingest_stage, lambda c: True, lambda c, p: [c['ingest'], sources_digest(c['ingest']['sources'])]),
     ('compact', _compact_stage, lambda c: c['run']['compact_fragments'] > 0, lambda c, p: [c['run']['compact_fragments']]),
@@ -362,7 +366,7 @@ _STAGES = [  # name, function, applies when, the options in its key; opt-outs be
     ('caption', _caption_stage, lambda c: c['caption']['enabled'], lambda c, p: [c['caption']]),
     ('classify', _classify_stage, lambda c: c['classify']['enabled'], lambda c, p: [c['classify'], p['classify_column']]),
     ('optout', _optout_stage, lambda c: bool(c['optout']['ids']), lambda c, p: [Path(c['optout']['ids']).read_text()]),
-    ('mds', _mds_stage, lambda c: True, lambda c, p: [c['mds'], p['mds_column']]),
+    ('mds', _mds_stage, lambda c: True, lambda c, p: [_mds_options(c), p['mds_column']]),
     ('dedup', _dedup_stage, lambda c: c['dedup']['enabled'], lambda c, p: [c['dedup']]),
     ('filter', _filter_stage, lambda c: c['filter']['enabled'], lambda c, p: [c['filter']]),
 ]
@@ -425,7 +429,7 @@ def run_pipeline(config:str|Path|dict, # a TOML file, or a configuration dict
         key = _digest(name, key, opts(c, p))
         if not ran and (done := state.finished(name, key)) and _outputs_exist(name, p):
             runs.append(StageRun(**(done['result'] | dict(status='skipped', seconds=0.0)))); continue
-        extra = dict(mds_options=_digest(c['mds'], p['mds_column'])) if name == 'mds' else {}
+        extra = dict(mds_options=_digest(_mds_options(c), p['mds_column'])) if name == 'mds' else {}
         if extra and (aside := _move_aside_if_changed(state, extra['mds_options'], p['mds'])):
             warnings.warn(f'[mds] options changed: the previous tree was moved to {aside}')
         t = time.perf_counter()

@@ -279,7 +279,7 @@ def set_proportions(self:SkipsMixin,
         for a in _WEIGHTS:
             if hasattr(st, a): delattr(st, a)
         st._proportion, st._repeat, st._choose = float(s), None, None
-    self.epoch_size = Stream.apply_weights(self.streams, self.samples_per_stream, None, self.shuffle_seed)
+    self.epoch_size = Stream.apply_weights(self.streams, self.samples_per_stream, choose_per_epoch=None, seed=self.shuffle_seed)
     self.length = ceil(self.epoch_size / self._parallel_rank_world.num_ranks)
 
 # %% ../nbs/07a_skips.ipynb #8f0a9b19
@@ -395,7 +395,8 @@ def _substitutes(self:SkipsMixin)->np.ndarray:
 def _get_work(self:SkipsMixin, epoch:int, sample_in_epoch:int)->np.ndarray:
     "This worker's sample ids for the epoch, with skipped ones substituted (or -1: dropped)."
     self._pad_world = getattr(self, '_parallel_worker_world', None)  # the world the per-stream padding fills batches for
-    log = logging.getLogger(f'streaming.base.batching.{self.batching_method}')
+    from streaming.base.batching import batching_methods
+    log = logging.getLogger(getattr(batching_methods.get(self.batching_method), '__module__', 'streaming'))  # whoever's batching it is (PRX patches one)
     level = log.level
     if self.skip_small == 'pad': log.setLevel(logging.ERROR)  # Mosaic's warning about short batches: padded, none is
     try: ids = super(SkipsMixin, self)._get_work(epoch, sample_in_epoch)
@@ -422,10 +423,16 @@ def resample_streams(self:SkipsMixin, epoch:int, stream_id:int|None=None)->tuple
     if getattr(self, '_drop_early', False) and len(ids): units, ids = keep_samples(units, ids, self._lut[ids] >= 0)
     if stream_id is None or self.skip_small is None or not len(ids): return units, ids
     w = getattr(self, '_pad_world', None) or self._parallel_rank_world
-    g = pad_multiple(self.batching_method, w, self.batch_size or 1, self.num_canonical_nodes)
+    g = pad_multiple(self.batching_method, w, batch_size=self.batch_size or 1, num_canonical_nodes=self.num_canonical_nodes)
     rng = np.random.default_rng([self.shuffle_seed, epoch, stream_id])  # the same on every rank and run
     if self.skip_small == 'drop':  # whole batches only, the remainder chosen at random (Mosaic's partitioner would
         if not (rem := len(ids) % g): return units, ids  # otherwise fill the short ranks with repeats)
+        least = w.num_nodes * (self.batch_size or 1) if self.batching_method == 'device_per_stream' else g
+        if len(ids) < least:  # Mosaic cannot batch it (per_stream: IndexError; device_per_stream: ValueError, PRX: passed over)
+            raise ValueError(f'{_stream_dir(self.streams[stream_id])}: {len(ids)} samples to serve, fewer than one batch on every '
+                             f'node fills ({least}) under small="drop"; leave the bucket out of the streams (tree_dataset '
+                             'and prx_dataset do), or use small="pad"')
+        if len(ids) < g: return units, ids  # Mosaic's way: its own batching drops the batches this stream cannot fill
         keep = np.ones(len(ids), bool); keep[rng.choice(len(ids), rem, replace=False)] = False
         return keep_samples(units, ids, keep)
     if not (short := -len(ids) % g): return units, ids

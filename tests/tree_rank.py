@@ -9,7 +9,15 @@ from prx_nb.loader import tree_dataset
 cfg = json.loads(sys.argv[1])
 rank, world = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
 dist.init_process_group('gloo', init_method=cfg['init'], rank=rank, world_size=world)
-ds = tree_dataset(cfg['root'], batch_size=cfg['bs'], **cfg.get('kw', {}))
+if cfg.get('folders'):  # the mixin over a class of the trainer's own: stock StreamingDataset, or one with its own constructor
+    from streaming import Stream, StreamingDataset
+    from prx_nb.loader import with_skips
+    class Trainers(StreamingDataset):
+        def __init__(self, folders, bs, seed):
+            super().__init__(streams=[Stream(local=f) for f in folders], batch_size=bs, shuffle=True, shuffle_seed=seed,
+                             batching_method='device_per_stream')
+    ds = with_skips(Trainers, **cfg.get('skips', {}))(cfg['folders'], cfg['bs'], cfg.get('seed', 0))
+else: ds = tree_dataset(cfg['root'], batch_size=cfg['bs'], **cfg.get('kw', {}))
 dl = StreamingDataLoader(ds, batch_size=cfg['bs'], num_workers=cfg['workers'],
                          collate_fn=lambda xs: {'id': [x['id'] for x in xs], 'wh': [[x['width'], x['height']] for x in xs]})
 if cfg.get('resume'): dl.load_state_dict(json.loads(open(cfg['resume']).read()))
