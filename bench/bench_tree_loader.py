@@ -6,9 +6,11 @@ and the floor of reading the shards (every sample's bytes straight from the shar
 
 Samples are real photos (the demo's photo cache) resized with Lanczos to 512-tier buckets, JPEG q92.
 Goal (issue 15): overhead <= 5% with and without decoding.
+Layout (issue 30): the same shards read by tree_dataset under the legacy `jpg` (bytes) field and, after
+`prx_migrate_mds` (index.json only), the `image` (MDS jpeg) field PRX reads: throughput within 5%.
 Usage: python bench/bench_tree_loader.py [--per-bucket N] [--repeat R] [--workers W]
 """
-import gc, json, shutil, tempfile, time
+import gc, json, os, shutil, tempfile, time
 from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 from PIL import Image
@@ -16,7 +18,7 @@ from streaming import MDSWriter, Stream, StreamingDataset
 from torch.utils.data import DataLoader
 from common import record, parser
 from prx_nb.demo import gather_photos
-from prx_nb.mds import MDS_COLUMNS, iter_bucket
+from prx_nb.mds import LEGACY_COLUMNS, iter_bucket, migrate_tree
 from prx_nb.skips import add_skips
 from prx_nb.loader import tree_dataset, collate, decode_sample
 
@@ -35,7 +37,7 @@ def make_tree(root, per_bucket):
             jpgs.append(b.getvalue())
         d = root / '512' / f'{w}x{h}'
         ids, shards, idx = [], [], []
-        with MDSWriter(out=str(d), columns=MDS_COLUMNS, size_limit=32 << 20) as wr:
+        with MDSWriter(out=str(d), columns=LEGACY_COLUMNS, size_limit=32 << 20) as wr:  # the layout before `image`
             for i in range(per_bucket):
                 wr.write(dict(jpg=jpgs[i % len(jpgs)], caption=f'photo {i}', width=w, height=h, id=f'{w}x{h}/{i:06d}'))
                 ids.append(f'{w}x{h}/{i:06d}')
@@ -70,7 +72,7 @@ def floor(root):
     "samples/s of reading every sample's bytes from the shard files, one process, no loader"
     t = time.perf_counter(); n = 0
     for w, h in SIZES:
-        for s in iter_bucket(root / '512' / f'{w}x{h}'): n += len(s['jpg']) > 0
+        for s in iter_bucket(root / '512' / f'{w}x{h}'): n += len(s['image']) > 0
     return n / (time.perf_counter() - t)
 
 
@@ -105,6 +107,24 @@ def main(per_bucket=2500, repeat=3, workers=2, bs=32):
             print(f'{tag:>8}: stock per_stream StreamingDataset {p:,.0f} samples/s vs tree_dataset (10% skipped) '
                   f'{s:,.0f} samples/s -> overhead {1 - s / p:.1%} (ratio {s / p:.3f})')
         record('tree_loader', **res)
+        new = root.parent / 'migrated'  # the same shard files (hard links), index.json given the image field
+        shutil.copytree(root, new, copy_function=os.link)
+        for p in new.rglob('index.json'): p.unlink(); shutil.copyfile(root / p.relative_to(new), p)  # its own copy: rewritten
+        for p in new.rglob('bucket.json'): p.unlink(); shutil.copyfile(root / p.relative_to(new), p)
+        migrate_tree(new, progress=False)
+        lay = dict(samples=n, workers=workers, batch_size=bs)
+        for decode in (False, True):
+            a, b = [], []
+            for _ in range(repeat):
+                a.append(epoch(tree, bs, workers, decode)); b.append(epoch(lambda: tree_dataset(new, batch_size=bs, seed=1), bs, workers, decode))
+            p, s = float(np.median(a)), float(np.median(b))
+            tag = 'decoded' if decode else 'bytes'
+            lay |= {f'{tag}_jpg_runs': [round(x) for x in a], f'{tag}_image_runs': [round(x) for x in b],
+                    f'{tag}_jpg_samples_per_s': round(p), f'{tag}_image_samples_per_s': round(s),
+                    f'{tag}_ratio': round(s / p, 4), f'{tag}_goal_met': s / p >= 0.95}
+            print(f'{tag:>8}: tree_dataset, legacy jpg field {p:,.0f} samples/s vs image (jpeg) field {s:,.0f} samples/s '
+                  f'-> ratio {s / p:.3f}')
+        record('tree_loader_layout', **lay)
     finally: shutil.rmtree(root.parent, ignore_errors=True)
 
 
