@@ -14,8 +14,8 @@ from .mds import iter_buckets, bucket_key
 from .skips import SkipsMixin, SkipStreamingDataset, read_skips, optout_indices, fetch_tree_files, stream_optouts, pad_multiple
 
 # %% auto #0
-__all__ = ['tree_buckets', 'TreeDataset', 'tree_dataset', 'with_skips', 'prx_locals', 'prx_dataset', 'prx_yaml',
-           'prx_trainer_yaml', 'batch_report', 'decode_sample', 'collate']
+__all__ = ['tree_buckets', 'TreeDataset', 'tree_dataset', 'decode_sample', 'collate', 'with_skips', 'batch_report', 'prx_locals',
+           'prx_dataset', 'prx_yaml', 'prx_trainer_yaml']
 
 # %% ../nbs/07b_loader.ipynb #b73f7fbd
 def _remote_keys(root:str)->list:
@@ -212,6 +212,72 @@ def _caption_columns(ds)->dict:
                       'see .caption_columns', stacklevel=3)
     return out
 
+# %% ../nbs/07b_loader.ipynb #a840da66
+def _decoder()->tuple:
+    "torchvision's `decode_jpeg` and its RGB mode (imported quietly: 0.29 announces a future move to TorchCodec)"
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', DeprecationWarning)
+        from torchvision.io import decode_jpeg, ImageReadMode
+    return decode_jpeg, ImageReadMode.RGB
+
+def _tensor(data:bytes):
+    import torch
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+_DTYPES = ('uint8', 'float')
+
+def _as_dtype(image, dtype:str):
+    "A uint8 image tensor as `dtype`: 'uint8' as it is, 'float' float32 in [0, 1]"
+    if dtype not in _DTYPES: raise ValueError(f'dtype must be one of {_DTYPES}, not {dtype!r}')
+    return image if dtype == 'uint8' else image.float().div_(255)
+
+def _image_of(sample:dict):
+    "The sample's image as it was read: JPEG bytes (`image`, or `jpg` in trees written before `image`), a PIL image or a tensor"
+    if 'image' in sample: return sample['image']
+    if 'jpg' in sample: return sample['jpg']
+    raise KeyError(f'the sample has no image field (image or jpg); its fields: {sorted(sample)}')
+
+def _decode_one(img, dtype:str):
+    import torch
+    if isinstance(img, (bytes, bytearray, memoryview)):
+        decode_jpeg, RGB = _decoder()
+        t = decode_jpeg(_tensor(img), mode=RGB)
+    elif isinstance(img, torch.Tensor): t = img
+    else: t = torch.from_numpy(np.array(img.convert('RGB'))).permute(2, 0, 1).contiguous()  # a PIL image (Mosaic's jpeg decode)
+    return _as_dtype(t, dtype)
+
+def decode_sample(sample:dict, # a sample as a tree's MDS holds it: `image` (JPEG bytes, or a PIL image from a stock reader) or `jpg` bytes
+                  dtype:str='uint8', # 'uint8', or 'float': float32 in [0, 1], as PRX's `image_to_tensor` expects a tensor to be
+                 )->dict:
+    "The sample with `image` decoded to a (3, H, W) tensor (a `transform=`); a legacy `jpg` field is replaced by it"
+    x = dict(sample)
+    img = _image_of(x)
+    x.pop('jpg', None)
+    x['image'] = _decode_one(img, dtype)
+    return x
+
+def collate(samples:list, # the samples of one batch (decoded by `decode_sample`, or with their JPEG bytes)
+            device=None, # where to decode JPEG bytes: None (CPU), or 'cuda' (torchvision's batched GPU decoder)
+            dtype:str='uint8', # 'uint8', or 'float': float32 in [0, 1]
+           )->dict:
+    "One batch: `image` (B, 3, H, W), `caption`, `id` (and each `caption_*` field) as lists, sizes as tensors; `ValueError` when sizes differ"
+    import torch
+    sizes = {(s['width'], s['height']) for s in samples}
+    if len(sizes) > 1:
+        raise ValueError(f'one image size per batch, got {sorted(sizes)} (ids {[s["id"] for s in samples][:4]}): '
+                         'read a tree with `tree_dataset`, which batches one bucket at a time')
+    imgs = [_image_of(s) for s in samples]
+    if device is not None and str(device) != 'cpu' and all(isinstance(i, (bytes, bytearray)) for i in imgs):
+        decode_jpeg, RGB = _decoder()
+        image = _as_dtype(torch.stack(decode_jpeg([_tensor(i) for i in imgs], mode=RGB, device=device)), dtype)  # one batched call
+    else: image = torch.stack([_decode_one(i, dtype) for i in imgs])
+    out = dict(image=image, caption=[s['caption'] for s in samples], id=[s['id'] for s in samples],
+               width=torch.tensor([s['width'] for s in samples]), height=torch.tensor([s['height'] for s in samples]))
+    for k in ('original_width', 'original_height'):
+        if all(k in s for s in samples): out[k] = torch.tensor([s[k] for s in samples])
+    out |= {k: [s[k] for s in samples] for k in sorted(samples[0]) if k.startswith('caption_') and all(k in s for s in samples)}
+    return out
+
 # %% ../nbs/07b_loader.ipynb #c0ffee51
 _MADE = {}  # (class, options) → its subclass with skips: one class per combination, so instances pickle and compare alike
 
@@ -250,6 +316,65 @@ def with_skips(cls:type, # a `StreamingDataset` subclass (or `StreamingDataset` 
             skip_reasons=reasons, skip_on=on_skip, skip_small=small, skip_validate_hash=validate_hash,
             _skip_base=cls, _skip_opts=opts, __reduce_ex__=_reduce_with_skips))
     return _MADE[cls, opts]
+
+# %% ../nbs/07b_loader.ipynb #c0ffee54
+def batch_report(ds, # a dataset with skips: `tree_dataset`, `prx_dataset` or a `with_skips` class's
+                 *,
+                 nodes:int=1, # physical nodes
+                 ranks_per_node:int=1, # devices per node
+                 workers:int=1, # DataLoader workers per device
+                 batch_size:int|None=None, # device batch (None: the dataset's)
+                 num_canonical_nodes:int|None=None, # Mosaic's canonical nodes (None: the dataset's, else as Mosaic picks them)
+                 epoch:int=0, # the epoch to lay out
+                 patch:int|None=None, # the trainer's patch size: say which buckets its ArAwareResize would resize again
+                ):
+    "Per stream (bucket), before any training: samples, kept, served, repeated (padding) and kept-but-dropped, for a world; from Mosaic's own batching"
+    import pandas as pd
+    from streaming.base.batching import generate_work
+    world = World(num_nodes=nodes, ranks_per_node=ranks_per_node, workers_per_rank=workers, worker=0)
+    saved = {a: getattr(ds, a, None) for a in ('batch_size', 'num_canonical_nodes', 'shuffle_block_size', '_pad_world')}
+    try:
+        ds.batch_size = batch_size or ds.batch_size
+        if not ds.batch_size: raise ValueError('batch_report needs batch_size= (the dataset has none)')
+        ds.num_canonical_nodes = num_canonical_nodes or ds.num_canonical_nodes or \
+            (64 * nodes if ds.shuffle_algo in ('py1s', 'py2s') else nodes)
+        if ds.shuffle_block_size is None: ds._set_shuffle_block_size(world)
+        ds._pad_world = world
+        log = logging.getLogger('streaming.base.batching')
+        level = log.level; log.setLevel(logging.ERROR)
+        try: work = generate_work(ds.batching_method, ds, world, epoch=epoch, sample_in_epoch=0)
+        finally: log.setLevel(level)
+        b = ds.batch_size
+    finally:
+        for a, v in saved.items(): setattr(ds, a, v)
+    ids = work.reshape(-1)
+    ids = ids[ids >= 0]
+    served = ds._lut[ids] if ds.num_skipped else ids
+    served = served[served >= 0]
+    stream_of = np.repeat(np.asarray(ds.stream_per_shard), ds.samples_per_shard)
+    skipped = ds._lut != np.arange(len(ds._lut))
+    device = work.reshape(-1, b)
+    device = device[(device >= 0).all(1)]
+    mixed = int(sum(len(set(stream_of[r])) > 1 for r in device))
+    rows = []
+    for i, st in enumerate(ds.streams):
+        mine = stream_of == i
+        n, kept = int(mine.sum()), int((mine & ~skipped).sum())
+        got = served[stream_of[served] == i]
+        uniq = len(np.unique(got))
+        key = '/'.join(Path(st.local).parts[-2:])
+        row = dict(bucket=key, samples=n, kept=kept, served=len(got), repeated=len(got) - uniq, dropped=kept - uniq,
+                   skipped_served=int(skipped[got].sum()), batches=len(got) // b)
+        if patch:
+            from prx_nb.bucket import off_grid
+            t, (w, h) = int(key.split('/')[0]), map(int, key.split('/')[1].split('x'))
+            off = dict((tuple(s), tuple(to)) for s, to in off_grid([(w, h)], t, patch))
+            row['trainer_resizes_to'] = 'x'.join(map(str, off[w, h])) if (w, h) in off else ''
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    out.attrs.update(world=f'{nodes} node(s) x {ranks_per_node} device(s) x {workers} worker(s)', batch_size=b,
+                     mixed_batches=mixed, batching=ds.batching_method)
+    return out
 
 # %% ../nbs/07b_loader.ipynb #c0ffee52
 _PRX_INSTALL = ("prx_dataset needs Photoroom's PRX trainer (github.com/Photoroom/PRX), which is not on PyPI: "
@@ -381,128 +506,3 @@ def prx_trainer_yaml(mds:str=None, # root of the MDS tree (required; a local fol
     if not mds: raise SystemExit('prx_trainer_yaml: --mds is required')
     try: print(prx_yaml(mds, reasons=reasons.split(',') if reasons else None, batching_method=batching, num_workers=workers), end='')
     except ValueError as e: raise SystemExit(f'prx_trainer_yaml: {e}') from None
-
-# %% ../nbs/07b_loader.ipynb #c0ffee54
-def batch_report(ds, # a dataset with skips: `tree_dataset`, `prx_dataset` or a `with_skips` class's
-                 *,
-                 nodes:int=1, # physical nodes
-                 ranks_per_node:int=1, # devices per node
-                 workers:int=1, # DataLoader workers per device
-                 batch_size:int|None=None, # device batch (None: the dataset's)
-                 num_canonical_nodes:int|None=None, # Mosaic's canonical nodes (None: the dataset's, else as Mosaic picks them)
-                 epoch:int=0, # the epoch to lay out
-                 patch:int|None=None, # the trainer's patch size: say which buckets its ArAwareResize would resize again
-                ):
-    "Per stream (bucket), before any training: samples, kept, served, repeated (padding) and kept-but-dropped, for a world; from Mosaic's own batching"
-    import pandas as pd
-    from streaming.base.batching import generate_work
-    world = World(num_nodes=nodes, ranks_per_node=ranks_per_node, workers_per_rank=workers, worker=0)
-    saved = {a: getattr(ds, a, None) for a in ('batch_size', 'num_canonical_nodes', 'shuffle_block_size', '_pad_world')}
-    try:
-        ds.batch_size = batch_size or ds.batch_size
-        if not ds.batch_size: raise ValueError('batch_report needs batch_size= (the dataset has none)')
-        ds.num_canonical_nodes = num_canonical_nodes or ds.num_canonical_nodes or \
-            (64 * nodes if ds.shuffle_algo in ('py1s', 'py2s') else nodes)
-        if ds.shuffle_block_size is None: ds._set_shuffle_block_size(world)
-        ds._pad_world = world
-        log = logging.getLogger('streaming.base.batching')
-        level = log.level; log.setLevel(logging.ERROR)
-        try: work = generate_work(ds.batching_method, ds, world, epoch=epoch, sample_in_epoch=0)
-        finally: log.setLevel(level)
-        b = ds.batch_size
-    finally:
-        for a, v in saved.items(): setattr(ds, a, v)
-    ids = work.reshape(-1)
-    ids = ids[ids >= 0]
-    served = ds._lut[ids] if ds.num_skipped else ids
-    served = served[served >= 0]
-    stream_of = np.repeat(np.asarray(ds.stream_per_shard), ds.samples_per_shard)
-    skipped = ds._lut != np.arange(len(ds._lut))
-    device = work.reshape(-1, b)
-    device = device[(device >= 0).all(1)]
-    mixed = int(sum(len(set(stream_of[r])) > 1 for r in device))
-    rows = []
-    for i, st in enumerate(ds.streams):
-        mine = stream_of == i
-        n, kept = int(mine.sum()), int((mine & ~skipped).sum())
-        got = served[stream_of[served] == i]
-        uniq = len(np.unique(got))
-        key = '/'.join(Path(st.local).parts[-2:])
-        row = dict(bucket=key, samples=n, kept=kept, served=len(got), repeated=len(got) - uniq, dropped=kept - uniq,
-                   skipped_served=int(skipped[got].sum()), batches=len(got) // b)
-        if patch:
-            from prx_nb.bucket import off_grid
-            t, (w, h) = int(key.split('/')[0]), map(int, key.split('/')[1].split('x'))
-            off = dict((tuple(s), tuple(to)) for s, to in off_grid([(w, h)], t, patch))
-            row['trainer_resizes_to'] = 'x'.join(map(str, off[w, h])) if (w, h) in off else ''
-        rows.append(row)
-    out = pd.DataFrame(rows)
-    out.attrs.update(world=f'{nodes} node(s) x {ranks_per_node} device(s) x {workers} worker(s)', batch_size=b,
-                     mixed_batches=mixed, batching=ds.batching_method)
-    return out
-
-# %% ../nbs/07b_loader.ipynb #a840da66
-def _decoder()->tuple:
-    "torchvision's `decode_jpeg` and its RGB mode (imported quietly: 0.29 announces a future move to TorchCodec)"
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore', DeprecationWarning)
-        from torchvision.io import decode_jpeg, ImageReadMode
-    return decode_jpeg, ImageReadMode.RGB
-
-def _tensor(data:bytes):
-    import torch
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
-
-_DTYPES = ('uint8', 'float')
-
-def _as_dtype(image, dtype:str):
-    "A uint8 image tensor as `dtype`: 'uint8' as it is, 'float' float32 in [0, 1]"
-    if dtype not in _DTYPES: raise ValueError(f'dtype must be one of {_DTYPES}, not {dtype!r}')
-    return image if dtype == 'uint8' else image.float().div_(255)
-
-def _image_of(sample:dict):
-    "The sample's image as it was read: JPEG bytes (`image`, or `jpg` in trees written before `image`), a PIL image or a tensor"
-    if 'image' in sample: return sample['image']
-    if 'jpg' in sample: return sample['jpg']
-    raise KeyError(f'the sample has no image field (image or jpg); its fields: {sorted(sample)}')
-
-def _decode_one(img, dtype:str):
-    import torch
-    if isinstance(img, (bytes, bytearray, memoryview)):
-        decode_jpeg, RGB = _decoder()
-        t = decode_jpeg(_tensor(img), mode=RGB)
-    elif isinstance(img, torch.Tensor): t = img
-    else: t = torch.from_numpy(np.array(img.convert('RGB'))).permute(2, 0, 1).contiguous()  # a PIL image (Mosaic's jpeg decode)
-    return _as_dtype(t, dtype)
-
-def decode_sample(sample:dict, # a sample as a tree's MDS holds it: `image` (JPEG bytes, or a PIL image from a stock reader) or `jpg` bytes
-                  dtype:str='uint8', # 'uint8', or 'float': float32 in [0, 1], as PRX's `image_to_tensor` expects a tensor to be
-                 )->dict:
-    "The sample with `image` decoded to a (3, H, W) tensor (a `transform=`); a legacy `jpg` field is replaced by it"
-    x = dict(sample)
-    img = _image_of(x)
-    x.pop('jpg', None)
-    x['image'] = _decode_one(img, dtype)
-    return x
-
-def collate(samples:list, # the samples of one batch (decoded by `decode_sample`, or with their JPEG bytes)
-            device=None, # where to decode JPEG bytes: None (CPU), or 'cuda' (torchvision's batched GPU decoder)
-            dtype:str='uint8', # 'uint8', or 'float': float32 in [0, 1]
-           )->dict:
-    "One batch: `image` (B, 3, H, W), `caption`, `id` (and each `caption_*` field) as lists, sizes as tensors; `ValueError` when sizes differ"
-    import torch
-    sizes = {(s['width'], s['height']) for s in samples}
-    if len(sizes) > 1:
-        raise ValueError(f'one image size per batch, got {sorted(sizes)} (ids {[s["id"] for s in samples][:4]}): '
-                         'read a tree with `tree_dataset`, which batches one bucket at a time')
-    imgs = [_image_of(s) for s in samples]
-    if device is not None and str(device) != 'cpu' and all(isinstance(i, (bytes, bytearray)) for i in imgs):
-        decode_jpeg, RGB = _decoder()
-        image = _as_dtype(torch.stack(decode_jpeg([_tensor(i) for i in imgs], mode=RGB, device=device)), dtype)  # one batched call
-    else: image = torch.stack([_decode_one(i, dtype) for i in imgs])
-    out = dict(image=image, caption=[s['caption'] for s in samples], id=[s['id'] for s in samples],
-               width=torch.tensor([s['width'] for s in samples]), height=torch.tensor([s['height'] for s in samples]))
-    for k in ('original_width', 'original_height'):
-        if all(k in s for s in samples): out[k] = torch.tensor([s[k] for s in samples])
-    out |= {k: [s[k] for s in samples] for k in sorted(samples[0]) if k.startswith('caption_') and all(k in s for s in samples)}
-    return out
