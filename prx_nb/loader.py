@@ -4,14 +4,14 @@
 
 # %% ../nbs/07b_loader.ipynb #ab45d0d4
 from __future__ import annotations
-import json, logging, os, re, warnings
+import functools, json, logging, os, re, warnings
 from pathlib import Path
 import numpy as np
 from streaming import Stream
 from streaming.base.world import World
 from .core import call_parse
-from .mds import iter_buckets, bucket_key
-from .skips import SkipsMixin, SkipStreamingDataset, read_skips, optout_indices, fetch_tree_files, stream_optouts, pad_multiple
+from .mds import iter_buckets, bucket_key, bucket_columns, as_image_sample
+from .skips import check_skip_options, SkipsMixin, SkipStreamingDataset, read_skips, optout_indices, fetch_tree_files, stream_optouts, pad_multiple
 
 # %% auto #0
 __all__ = ['tree_buckets', 'TreeDataset', 'tree_dataset', 'decode_sample', 'collate', 'with_skips', 'batch_report', 'prx_locals',
@@ -65,11 +65,14 @@ def _counts(st:Stream, reasons, trees:dict)->tuple:
 
 _BATCHINGS = ('per_stream', 'device_per_stream')
 
-def _local_stream(p:Path)->Stream:
-    "A `Stream` over the local bucket folder `p`, its defaults applied (for counting what it serves)"
-    st = Stream(local=str(p))
-    st.apply_default(dict(split=None, download_retry=2, download_timeout=60, validate_hash=None, keep_zip=False))
-    return st
+def _local_counts(root:Path, keys:list, *, reasons, trees:dict)->dict:
+    "Bucket key → (samples, kept) of the local tree `root`'s buckets `keys` (see `_counts`)"
+    out = {}
+    for k in keys:
+        st = Stream(local=str(Path(root) / k))
+        st.apply_default(dict(split=None, download_retry=2, download_timeout=60, validate_hash=None, keep_zip=False))
+        out[k] = _counts(st, reasons, trees)
+    return out
 
 class TreeDataset(SkipStreamingDataset):
     "A `SkipStreamingDataset` over the buckets of a tree, one stream each, whose every batch holds samples of one bucket."
@@ -213,6 +216,7 @@ def _caption_columns(ds)->dict:
     return out
 
 # %% ../nbs/07b_loader.ipynb #a840da66
+@functools.cache
 def _decoder()->tuple:
     "torchvision's `decode_jpeg` and its RGB mode (imported quietly: 0.29 announces a future move to TorchCodec)"
     with warnings.catch_warnings():
@@ -250,10 +254,8 @@ def decode_sample(sample:dict, # a sample as a tree's MDS holds it: `image` (JPE
                   dtype:str='uint8', # 'uint8', or 'float': float32 in [0, 1], as PRX's `image_to_tensor` expects a tensor to be
                  )->dict:
     "The sample with `image` decoded to a (3, H, W) tensor (a `transform=`); a legacy `jpg` field is replaced by it"
-    x = dict(sample)
-    img = _image_of(x)
-    x.pop('jpg', None)
-    x['image'] = _decode_one(img, dtype)
+    x = as_image_sample(dict(sample))
+    x['image'] = _decode_one(_image_of(x), dtype)
     return x
 
 def collate(samples:list, # the samples of one batch (decoded by `decode_sample`, or with their JPEG bytes)
@@ -281,17 +283,14 @@ def collate(samples:list, # the samples of one batch (decoded by `decode_sample`
 # %% ../nbs/07b_loader.ipynb #c0ffee51
 _MADE = {}  # (class, options) → its subclass with skips: one class per combination, so instances pickle and compare alike
 
-def _remake(base:type, opts:tuple):
-    "The class `with_skips(base, **dict(opts))`: how an instance is unpickled (a worker started with spawn)"
-    return with_skips(base, **dict(opts))
-
 def _reduce_with_skips(self, protocol:int):
-    "Pickle by the base class and the options: the subclass is remade where it is unpickled"
-    fn, args, *rest = object.__reduce_ex__(self, protocol)
-    return (_new_with_skips, (type(self)._skip_base, type(self)._skip_opts), *rest)
+    "Pickle by the base class and the options: the subclass is remade where it is unpickled (a worker started with spawn)"
+    _, _, *state = object.__reduce_ex__(self, protocol)
+    return (_new_with_skips, (type(self)._skip_base, type(self)._skip_opts), *state)
 
 def _new_with_skips(base:type, opts:tuple):
-    cls = _remake(base, opts)
+    "An empty instance of `with_skips(base, **dict(opts))`, for pickle to fill"
+    cls = with_skips(base, **dict(opts))
     return cls.__new__(cls)
 
 def with_skips(cls:type, # a `StreamingDataset` subclass (or `StreamingDataset` itself): a trainer's own dataset class
@@ -306,8 +305,7 @@ def with_skips(cls:type, # a `StreamingDataset` subclass (or `StreamingDataset` 
     if not (isinstance(cls, type) and issubclass(cls, StreamingDataset)):
         raise TypeError(f'with_skips takes a StreamingDataset subclass, not {cls!r}')
     if issubclass(cls, SkipsMixin): raise TypeError(f'{cls.__name__} honours skip lists already')
-    if on_skip not in ('substitute', 'drop'): raise ValueError(f"on_skip must be 'substitute' or 'drop', not {on_skip!r}")
-    if small not in (None, 'pad', 'drop'): raise ValueError(f"small must be 'pad', 'drop' or None, not {small!r}")
+    check_skip_options(on_skip, small)
     opts = (('reasons', None if reasons is None else tuple(sorted(reasons))), ('on_skip', on_skip), ('small', small),
             ('validate_hash', validate_hash))
     if (cls, opts) not in _MADE:
@@ -331,6 +329,7 @@ def batch_report(ds, # a dataset with skips: `tree_dataset`, `prx_dataset` or a 
     "Per stream (bucket), before any training: samples, kept, served, repeated (padding) and kept-but-dropped, for a world; from Mosaic's own batching"
     import pandas as pd
     from streaming.base.batching import generate_work
+    from prx_nb.bucket import off_grid
     world = World(num_nodes=nodes, ranks_per_node=ranks_per_node, workers_per_rank=workers, worker=0)
     saved = {a: getattr(ds, a, None) for a in ('batch_size', 'num_canonical_nodes', 'shuffle_block_size', '_pad_world')}
     try:
@@ -366,7 +365,6 @@ def batch_report(ds, # a dataset with skips: `tree_dataset`, `prx_dataset` or a 
         row = dict(bucket=key, samples=n, kept=kept, served=len(got), repeated=len(got) - uniq, dropped=kept - uniq,
                    skipped_served=int(skipped[got].sum()), batches=len(got) // b)
         if patch:
-            from prx_nb.bucket import off_grid
             t, (w, h) = int(key.split('/')[0]), map(int, key.split('/')[1].split('x'))
             off = dict((tuple(s), tuple(to)) for s, to in off_grid([(w, h)], t, patch))
             row['trainer_resizes_to'] = 'x'.join(map(str, off[w, h])) if (w, h) in off else ''
@@ -413,10 +411,7 @@ def prx_locals(local, # PRX's `local`: one folder or a list (a prx_nb tree, one 
         root, tier = _tree_of(Path(p))
         if root is None: out.append(str(p)); shares.append(share); continue  # PRX reads it as it is
         keys = [k for k in tree_buckets(root) if tier is None or k.split('/')[0] == tier]
-        counts = {}
-        for k in keys:
-            st = _local_stream(Path(root) / k)
-            counts[k] = _counts(st, reasons, trees)
+        counts = _local_counts(root, keys, reasons=reasons, trees=trees)
         gone = _small_buckets(keys, counts, small=small, on_skip=on_skip, batch_size=batch_size or 1,
                               batching=batching_method, canonical=None)
         left |= {f'{root}/{k}': why for k, why in gone.items()}
@@ -469,14 +464,12 @@ def prx_yaml(root:str|Path, # a local prx_nb tree
             )->str:
     "A PRX dataset config (YAML) that reads the tree through `prx_dataset`: its tiers, caption fields and the tiers' shares by kept samples"
     root = Path(os.path.abspath(root))
-    keys, trees = tree_buckets(root), {}
+    keys = tree_buckets(root)
     if not keys: raise ValueError(f'{root}: no finished buckets (<tier>/<W>x<H> with bucket.json and index.json); check the path')
     kept, fields = {}, set()
-    for k in keys:
-        st = _local_stream(root / k)
-        t = k.split('/')[0]
-        kept[t] = kept.get(t, 0) + _counts(st, reasons, trees)[1]
-        fields |= set(json.loads((root / k / 'index.json').read_text())['shards'][0]['column_names'])
+    for k, (_, n) in _local_counts(root, keys, reasons=reasons, trees={}).items():
+        kept[k.split('/')[0]] = kept.get(k.split('/')[0], 0) + n
+        fields |= set(bucket_columns(root / k))
     tiers = sorted(kept, key=int)
     caps = sorted(f for f in fields if f.startswith('caption_'))
     if 'jpg' in fields: raise ValueError(f'{root}: written with the jpg field, which PRX cannot find: run `prx_migrate_mds --mds {root}` first')

@@ -14,12 +14,13 @@ from .core import call_parse
 from .mds import (BucketWrite, iter_buckets, bucket_key, skip_path, skip_files, read_sidecar, write_sidecar,
                         read_optouts, read_ledger, copy_bucket, ledger_path, tree_table, write_record, check_bucket,
                         OPTOUT, read_id_column, refuse_damaged, empty_bucket, remove_sidecar, missing_sidecars,
-                        refuse_missing, SKIP_RECORD, abs_table, read_whole, recorded_table, sweep_tmp, recorded_sidecars, file_lock)
+                        refuse_missing, SKIP_RECORD, abs_table, read_whole, recorded_table, sweep_tmp, recorded_sidecars, file_lock,
+                        raw_images, as_image_sample)
 
 # %% auto #0
 __all__ = ['REMOTE_RECORD', 'REWRITE_MARK', 'locked', 'set_skips', 'add_skips', 'read_skips', 'skip_shards', 'skip_reasons',
-           'skip_ids', 'optout_indices', 'stream_optouts', 'stale_optouts', 'fetch_tree_files', 'SkipsMixin',
-           'SkipStreamingDataset', 'pad_multiple', 'keep_samples', 'skip_stats', 'optout', 'sync_optouts',
+           'skip_ids', 'optout_indices', 'stream_optouts', 'stale_optouts', 'fetch_tree_files', 'check_skip_options',
+           'SkipsMixin', 'SkipStreamingDataset', 'pad_multiple', 'keep_samples', 'skip_stats', 'optout', 'sync_optouts',
            'rewrite_bucket', 'rewrite', 'check_tree', 'read_ids', 'prx_skip', 'prx_optout', 'prx_skip_stats',
            'prx_rewrite', 'prx_check']
 
@@ -211,6 +212,13 @@ def fetch_tree_files(st, # a `streaming.Stream` with `remote`
 # %% ../nbs/07a_skips.ipynb #5d365382
 _WEIGHTS = ('proportion', 'repeat', 'choose')  # what `Stream.apply_weights` sets on each stream
 
+def check_skip_options(on_skip:str, # 'substitute' or 'drop'
+                       small:str|None, # 'pad', 'drop' or None
+                      ):
+    "`ValueError` naming the option when `on_skip` or `small` is not one the skip machinery knows"
+    if on_skip not in ('substitute', 'drop'): raise ValueError(f"on_skip must be 'substitute' or 'drop', not {on_skip!r}")
+    if small not in (None, 'pad', 'drop'): raise ValueError(f"small must be 'pad', 'drop' or None, not {small!r}")
+
 class SkipsMixin:
     "Skip lists for any `StreamingDataset` subclass, its constructor unchanged: mixed in by `prx_nb.loader.with_skips`"
     skip_reasons = None # skip-list reasons to apply (None: every reason present; opt-outs always apply)
@@ -220,9 +228,7 @@ class SkipsMixin:
     raw_images = False # read `jpeg` fields as the JPEG bytes stored, under `image` (prx_nb's own loaders)
 
     def __init__(self, *args, **kwargs):
-        if self.skip_on not in ('substitute', 'drop'):
-            raise ValueError(f"on_skip must be 'substitute' or 'drop', not {self.skip_on!r}")
-        if self.skip_small not in (None, 'pad', 'drop'): raise ValueError(f"small must be 'pad', 'drop' or None, not {self.skip_small!r}")
+        check_skip_options(self.skip_on, self.skip_small)
         streams = kwargs.get('streams') or []
         weights = [{a: getattr(st, a) for a in _WEIGHTS if hasattr(st, a)} for st in streams]
         for attempt in range(8):
@@ -245,7 +251,6 @@ class SkipsMixin:
         self.reasons = None if self.skip_reasons is None else set(self.skip_reasons) | {'optout'}  # opt-outs always apply
         self.on_skip = self.skip_on
         if self.raw_images:
-            from prx_nb.mds import raw_images
             for s in self.shards: raw_images(s)
         self._lut = self._substitutes()
         if self.on_skip == 'drop': self._lut[self._lut != np.arange(len(self._lut))] = -1
@@ -457,8 +462,7 @@ def get_item(self:SkipsMixin, sample_id:int, retry:int=7):
                          '(on_skip="drop")')
     x = super(SkipsMixin, self).get_item(s, retry)
     x = {k: v.item() if isinstance(v, np.generic) else v for k, v in x.items()}  # width, height: plain ints
-    if self.raw_images and 'jpg' in x and 'image' not in x: x['image'] = x.pop('jpg')  # a tree written before `image`
-    return x
+    return as_image_sample(x) if self.raw_images else x
 
 # %% ../nbs/07a_skips.ipynb #63decd91
 def skip_stats(root:str|Path, # an MDS tree
