@@ -404,7 +404,7 @@ def prx_locals(local, # PRX's `local`: one folder or a list (a prx_nb tree, one 
               )->tuple:
     "(folders, proportions, left out) for PRX: a prx_nb tree or tier folder as its bucket folders (each share split by kept samples), buckets with nothing to serve left out"
     paths = [local] if isinstance(local, (str, Path)) else list(local)
-    props = proportions if isinstance(proportions, (list, tuple)) or hasattr(proportions, '__len__') else [proportions] * len(paths)
+    props = proportions if hasattr(proportions, '__len__') else [proportions] * len(paths)  # a list (or Hydra's ListConfig), or one share
     if len(props) != len(paths): raise ValueError(f'proportions has {len(props)} shares for {len(paths)} local folders')
     out, shares, left, trees = [], [], {}, {}
     for p, share in zip(paths, props):
