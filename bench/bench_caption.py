@@ -57,7 +57,8 @@ def gpu(images=32, new_tokens=256):
     if not torch.cuda.is_available(): return dict(skipped='no CUDA device here: run with --gpu on a GPU machine')
     from PIL import Image
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, AutoProcessor
-    from prx_nb.caption import tiny_vlm, chat_messages
+    from prx_nb.caption import chat_messages
+    from prx_nb.testing import tiny_vlm
     import tempfile, io
     proc = AutoProcessor.from_pretrained(tiny_vlm(tempfile.mkdtemp()))  # tokenizer + chat template; the image processor is widened below
     proc.image_processor.max_pixels = proc.image_processor.size['longest_edge'] = 1024 * 1024

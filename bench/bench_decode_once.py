@@ -20,7 +20,7 @@ def fused(data:bytes, bk, fingerprints, cv2):
     "(fingerprint, JPEG) from one decode, or (None, None) outside the buckets."
     from PIL import Image
     from prx_nb.core import probe_image, open_rgb
-    from prx_nb.bucket import cover_size, center_crop_box, Planes, _encode
+    from prx_nb.bucket import cover_size, center_crop_box, YCbCrPlanes, _encode
     info = probe_image(data, bk.max_pixels)
     tier, b, _ = bk.assign(info.width, info.height)
     if not tier: return None, None
@@ -33,7 +33,7 @@ def fused(data:bytes, bk, fingerprints, cv2):
     l, t, r, btm = center_crop_box(cw, ch, *b)
     box = (l * sx, t * sy, r * sx, btm * sy)
     half, hbox = ((b[0] + 1) // 2, (b[1] + 1) // 2), tuple(v / 2 for v in box)
-    p = Planes(y.resize(b, Image.LANCZOS, box=box), *(c.reduce(2).resize(half, Image.LANCZOS, box=hbox) for c in (cb, cr)))
+    p = YCbCrPlanes(y.resize(b, Image.LANCZOS, box=box), *(c.reduce(2).resize(half, Image.LANCZOS, box=hbox) for c in (cb, cr)))
     return fp, _encode(p, bk.quality)
 
 

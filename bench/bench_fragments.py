@@ -10,7 +10,7 @@ import lance, numpy as np, pyarrow as pa
 from common import timed, record, parser
 from prx_nb.ingest import SCHEMA
 from prx_nb.table import compact, fragment_health
-from prx_nb.profile import duck
+from prx_nb.profile import duckdb_connection
 
 
 def metadata_table(n, seed=0):
@@ -46,7 +46,7 @@ def main(rows=1_000_000, rows_per_fragment=1000, repeat=5):
         queries = {
             'selective_filter': lambda p: lance.dataset(p).to_table(columns=['id', 'width'], filter="width = 1234 AND source = 's3'"),
             'filtered_count': lambda p: lance.dataset(p).count_rows("status = 'truncated' AND width > 3000"),
-            'count_by_group': lambda p: duck(p).sql("SELECT source, status, count(*) FROM t GROUP BY ALL").fetchall(),
+            'count_by_group': lambda p: duckdb_connection(p).sql("SELECT source, status, count(*) FROM t GROUP BY ALL").fetchall(),
         }
         for q, fn in queries.items():
             a, b = fn(frag), fn(comp)

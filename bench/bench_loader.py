@@ -1,4 +1,4 @@
-"""Loader throughput with a 10% skip list (prx_nb.skips.SkipStreamingDataset) vs the plain streaming.StreamingDataset
+"""Loader throughput with a 10% skip list (prx_nb.loader.SkipStreamingDataset) vs the plain streaming.StreamingDataset
 on the same shards, in one run: samples/s over full epochs, shuffled, one process.
 
 Goal (issue 3): overhead <= 5%.
@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 from streaming import MDSWriter, StreamingDataset
 from common import record, parser
-from prx_nb.core import tiny_image
+from prx_nb.testing import tiny_image
 from prx_nb.mds import MDS_COLUMNS
-from prx_nb.skips import SkipStreamingDataset, add_skips
+from prx_nb.tree import add_skips
+from prx_nb.loader import SkipStreamingDataset
 
 
 def make_bucket(d, n):

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from common import record, parser
 from prx_nb.demo import gather_photos
 from prx_nb.mds import LEGACY_COLUMNS, iter_bucket, migrate_tree
-from prx_nb.skips import add_skips
+from prx_nb.tree import add_skips
 from prx_nb.loader import tree_dataset, collate, decode_sample
 
 SIZES = [(512, 512), (576, 448), (448, 576), (640, 400), (592, 416), (672, 384), (544, 480), (480, 544)]

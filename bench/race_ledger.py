@@ -23,7 +23,7 @@ def writer(table, n, stop, q):
 
 
 def reader(table, stop, q):
-    from prx_nb.mds import read_ledger, ledger_path
+    from prx_nb.tree import read_ledger, ledger_path
     p = ledger_path(table)
     reads = torn = stock_reads = stock_torn = 0
     while time.time() < stop:
@@ -45,7 +45,7 @@ def main(seconds=600, writers=4, readers=2):
     for p in ps: p.start()
     got = [q.get() for _ in ps]
     for p in ps: p.join()
-    from prx_nb.mds import read_ledger
+    from prx_nb.tree import read_ledger
     final = read_ledger(table)
     acked = {i for g in got if g[0] == 'w' for i in g[1]}
     res = dict(seconds=seconds, writers=writers, readers=readers,

@@ -13,7 +13,7 @@ from .core import open_rgb, probe_image, MAX_PIXELS
 
 # %% auto #0
 __all__ = ['TIERS', 'MAX_UPSCALE', 'AR_RANGE', 'tier_floor', 'assign_tiers', 'trainer_grid', 'trainer_target', 'off_grid',
-           'bucket_sizes', 'bucket_table', 'nearest_bucket', 'Bucketed', 'Planes', 'Bucketer', 'cover_size',
+           'bucket_sizes', 'bucket_table', 'nearest_bucket', 'Bucketed', 'YCbCrPlanes', 'Bucketer', 'cover_size',
            'center_crop_box']
 
 # %% ../nbs/02_bucket.ipynb #2dee4ea3
@@ -189,7 +189,7 @@ class Bucketed:
 
 # %% ../nbs/02_bucket.ipynb #4814647d
 @dataclass(frozen=True)
-class Planes:
+class YCbCrPlanes:
     "A bucket-sized image as YCbCr 4:2:0 planes"
     y: Image.Image # luma at full resolution, an 8-bit `L` image
     cb: Image.Image # blue-difference chroma at half resolution, `L`
@@ -197,7 +197,7 @@ class Planes:
 
 # %% ../nbs/02_bucket.ipynb #42392f04
 @patch
-def rgb(self:Planes)->Image.Image:
+def rgb(self:YCbCrPlanes)->Image.Image:
     "The planes as one RGB image (chroma upsampled bilinearly)"
     up = [c.resize(self.y.size, Image.BILINEAR) for c in (self.cb, self.cr)]
     return Image.merge('YCbCr', (self.y, *up)).convert('RGB')
@@ -314,12 +314,12 @@ def render(self:Bucketer,
     # chroma: a 2x2 box down to its own resolution, then Lanczos
     half, hbox = ((b[0] + 1) // 2, (b[1] + 1) // 2), tuple(v / 2 for v in box)
     chroma = (c.reduce(2).resize(half, Image.LANCZOS, box=hbox) for c in (cb, cr))
-    return ok, Planes(y.resize(b, Image.LANCZOS, box=box), *chroma)
+    return ok, YCbCrPlanes(y.resize(b, Image.LANCZOS, box=box), *chroma)
 
 # %% ../nbs/02_bucket.ipynb #b61dae94
 def _encode(p, quality:int)->bytes:
-    "JPEG bytes of `p`: `Planes` or an RGB image, 4:2:0 both"
-    if isinstance(p, Planes):
+    "JPEG bytes of `p`: `YCbCrPlanes` or an RGB image, 4:2:0 both"
+    if isinstance(p, YCbCrPlanes):
         y, cb, cr = (np.asarray(c) for c in (p.y, p.cb, p.cr))
         return simplejpeg.encode_jpeg_yuv_planes(y, cb, cr, quality=quality)
     buf = io.BytesIO()

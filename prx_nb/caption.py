@@ -4,19 +4,20 @@
 
 # %% ../nbs/05_caption.ipynb #33c5028e
 from __future__ import annotations
-import base64, io, json, math, re, time
+import base64, functools, io, json, math, re, time
 from dataclasses import dataclass, asdict, field
+from typing import ClassVar
 import numpy as np, pyarrow as pa, simplejpeg
 from PIL import Image
-from tqdm.auto import tqdm
-from fastcore.basics import patch
 from .core import call_parse, probe_image, open_rgb, Engine, as_engine
-from .table import write_back, image_bytes, add_columns, detach, IMAGE_SCAN
+from .table import image_bytes, add_columns, owned_copy, Fill, fill_column, Actors
+from .stage import Stage, StageRun, RunContext, opt, with_options
 
 # %% auto #0
-__all__ = ['SYSTEM_PROMPT', 'USER_PROMPT', 'PROMPT_VERSION', 'CaptionSpec', 'prepare_image', 'Reply', 'judge', 'tiny_tokenizer',
-           'tiny_vlm', 'CaptionerError', 'chat_messages', 'OpenAICaptioner', 'check_server', 'ChatResult', 'post_chat',
-           'TransformersCaptioner', 'VLLMCaptioner', 'Backend', 'Actors', 'CaptionRun', 'caption_table', 'prx_caption']
+__all__ = ['SYSTEM_PROMPT', 'USER_PROMPT', 'PROMPT_VERSION', 'Caption', 'CaptionSpec', 'prepare_image', 'Reply', 'grade_reply',
+           'CaptionerError', 'chat_messages', 'ChatClient', 'check_server', 'ChatResult', 'post_chat',
+           'OpenAICaptioner', 'TransformersCaptioner', 'VLLMCaptioner', 'Backend', 'CaptionBatch', 'CaptionRun',
+           'caption_table', 'prx_caption']
 
 # %% ../nbs/05_caption.ipynb #13d72a81
 SYSTEM_PROMPT = (
@@ -37,6 +38,60 @@ SYSTEM_PROMPT = (
 USER_PROMPT = 'Write the caption for this image.'
 PROMPT_VERSION = 'prx-dense-1'  # bump when either prompt changes
 
+# %% ../nbs/05_caption.ipynb #c0a1d2e3
+@dataclass
+class Caption(Stage):
+    "Re-caption every usable row with a VLM into caption_<name>: the options of `prx_run`'s [caption], `prx_caption` and `caption_table`."
+    section: ClassVar[str] = 'caption'
+    enabled: bool = opt(False, 're-caption every usable row with a VLM into caption_<name>')
+    backend: str = opt('openai', 'openai (a server such as vllm serve), transformers (a local model dir) or vllm')
+    model: str = opt('', "the VLM: its name on the server, or a local directory")
+    endpoint: str = opt('http://127.0.0.1:8000/v1', "openai: the server's base URL")
+    name: str = opt('vlm', 'the columns are caption_<name> and caption_<name>_status')
+    max_new_tokens: int = opt(400, 'reply length limit (~200 words of English fit in about 300 tokens)')
+    max_pixels: int = opt(1024 * 1024, "bound on each image's pixels before the model (visual tokens grow with pixels)")
+    batch_size: int = opt(32, 'images per captioner call')
+    commit_rows: int = opt(256, 'rows per write-back commit (what a kill can lose)')
+    concurrency: int = opt(16, 'openai: requests in flight')
+    device: str = opt('cpu', 'transformers: cpu or cuda')
+    retry_failed: bool = opt(False, "also redo rows whose outcome was not 'ok'")
+    where: str = opt('', 'only rows where this SQL holds (empty: every usable row)')
+    actors: int = opt(1, 'ray: captioner replicas (one per GPU on a GPU node)')
+    gpus_per_actor: float = opt(0.0, 'ray: GPUs each replica holds (1 on a GPU node)')
+    cpus_per_actor: float = opt(1.0, 'ray: CPUs each replica holds (leave the rest to reading and preparing)')
+
+    def backend_of(self)->Backend:
+        "The captioner `Backend` these options name (it checks the backend's name)."
+        spec = CaptionSpec(self.model, max_new_tokens=self.max_new_tokens, max_pixels=self.max_pixels)
+        return Backend(self.backend, spec, endpoint=self.endpoint, device=self.device, batch_size=self.batch_size,
+                       concurrency=self.concurrency)
+
+    def caption(self,
+                table:str, # the Lance table
+                *,
+                engine:Engine|str='local', # 'local' (one captioner here) or 'ray' (one per replica)
+                limit:int|None=None, # stop after this many rows
+                progress:bool=True, # show a progress bar
+               )->CaptionRun:
+        "Caption `table` as these options say."
+        b, ray = self.backend_of(), as_engine(engine).is_ray
+        return caption_table(table, b if ray else b.make(), self.name, where=self.where or None, batch_size=self.batch_size,
+                             commit_rows=self.commit_rows, retry_failed=self.retry_failed, limit=limit, engine=engine,
+                             actors=Actors(self.actors, self.gpus_per_actor, self.cpus_per_actor), progress=progress)
+
+    def check(self, bad):
+        "The model is needed, and the backend must be one prx_nb knows."
+        if not self.enabled: return
+        if not self.model: bad('caption.model', 'is needed when caption.enabled is true')
+        try: self.backend_of()
+        except ValueError as e: bad('caption.backend', str(e))
+
+    def run(self, ctx:RunContext)->StageRun:
+        "The [caption] stage of a run."
+        r = self.caption(ctx.table, engine=ctx.engine, progress=ctx.progress)
+        return StageRun('caption', 'ran', rows_in=r.rows, rows_out=r.statuses.get('ok', 0), version=r.version,
+                        reasons={s: n for s, n in r.statuses.items() if s != 'ok'}, outputs=dict(column=r.column))
+
 # %% ../nbs/05_caption.ipynb #437cba80
 @dataclass(frozen=True)
 class CaptionSpec:
@@ -45,9 +100,9 @@ class CaptionSpec:
     system: str = SYSTEM_PROMPT # the system prompt
     user: str = USER_PROMPT # the user prompt, after the image
     prompt_version: str = PROMPT_VERSION # names the two prompts
-    max_new_tokens: int = 400 # ~200 words of English fit in about 300 tokens
+    max_new_tokens: int = Caption.max_new_tokens # ~200 words of English fit in about 300 tokens
     temperature: float = 0.0 # 0: greedy
-    max_pixels: int = 1024 * 1024 # pixels each image is bounded to (visual tokens grow with pixels)
+    max_pixels: int = Caption.max_pixels # pixels each image is bounded to (visual tokens grow with pixels)
     max_chars: int = 4000 # a longer reply is recorded as `too_long`
     def meta(self)->dict:
         "The spec as column metadata (strings)."
@@ -55,7 +110,7 @@ class CaptionSpec:
 
 # %% ../nbs/05_caption.ipynb #96d58c1a
 def prepare_image(data:bytes|None, # the encoded image
-                  max_pixels:int=1024 * 1024, # bound on width × height
+                  max_pixels:int=Caption.max_pixels, # bound on width × height
                   quality:int=90, # JPEG quality of what is sent
                  )->tuple:
     "(JPEG bytes bounded to `max_pixels`, '') or (None, why not)."
@@ -82,7 +137,7 @@ class Reply:
 _REFUSAL = re.compile(r"^\W*(i'?m sorry|i am sorry|sorry,|i can(?:no|')t|i am unable|i'?m unable|i won'?t"
                       r"|as an ai\b)", re.I)
 
-def judge(text:str|None, # the reply's text
+def grade_reply(text:str|None, # the reply's text
           *,
           finish_reason:str|None=None, # 'stop', 'length', ...
           output_tokens:int=0, # tokens the model wrote
@@ -98,84 +153,6 @@ def judge(text:str|None, # the reply's text
     if _REFUSAL.match(t): return no('refusal', t[:120])
     return Reply(text=t, status='ok', reason='', output_tokens=output_tokens)
 
-# %% ../nbs/05_caption.ipynb #026b02f0
-_SPECIAL = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<|vision_start|>', '<|vision_end|>',
-            '<|image_pad|>', '<|video_pad|>']
-_TEMPLATE = (
-    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}<|im_start|>system\n"
-    "You are a helpful assistant.<|im_end|>\n{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
-    "{% else %}{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
-    "<|vision_start|><|image_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
-    "{% endfor %}<|im_end|>\n"
-    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-_CORPUS = ['A photo of a cat sitting on a red sofa next to a window.',
-           'A dog runs across a green field under a blue sky.',
-           'Two people are walking along the beach at sunset.',
-           'The image shows a city street with cars, buses and tall buildings.',
-           'A small boat floats on a calm lake surrounded by mountains.',
-           "0123456789 , . ; : ! ? ' ( ) - / %"]
-
-def tiny_tokenizer():
-    "A tiny byte-level BPE tokenizer with Qwen's special tokens."
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import Qwen2TokenizerFast
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder, tok.post_processor = decoders.ByteLevel(), processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=_SPECIAL, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(_CORPUS, trainer)
-    tk = Qwen2TokenizerFast(tokenizer_object=tok, bos_token=None, eos_token='<|im_end|>',
-                            pad_token='<|endoftext|>', unk_token=None, additional_special_tokens=_SPECIAL[1:],
-                            model_max_length=4096, clean_up_tokenization_spaces=False)
-    tk.chat_template = _TEMPLATE
-    return tk
-
-# %% ../nbs/05_caption.ipynb #41340f6c
-def tiny_vlm(out_dir, # where to save the model directory
-             seed:int=0, # weights are deterministic for a seed
-            )->str:
-    "Build and save a tiny random-weight Qwen2-VL that runs offline."
-    import torch
-    from pathlib import Path
-    from transformers import (GenerationConfig, Qwen2VLConfig, Qwen2VLForConditionalGeneration,
-                              Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor)
-    tk = tiny_tokenizer()
-    px = dict(size={'shortest_edge': 28 * 28 * 4, 'longest_edge': 28 * 28 * 16}, min_pixels=28 * 28 * 4,
-              max_pixels=28 * 28 * 16, patch_size=14, temporal_patch_size=2, merge_size=2)
-    proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**px), tokenizer=tk,
-                            video_processor=Qwen2VLVideoProcessor(**px), chat_template=_TEMPLATE)
-    ids = {t: tk.convert_tokens_to_ids(t) for t in _SPECIAL}
-    vocab = (len(tk) + 63) // 64 * 64
-    special = dict(bos_token_id=ids['<|endoftext|>'], eos_token_id=ids['<|im_end|>'],
-                   pad_token_id=ids['<|endoftext|>'])
-    # initializer_range 0.2: varied text (0.02 repeats one token)
-    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                rope_scaling={'type': 'mrope', 'mrope_section': [2, 3, 3]},
-                tie_word_embeddings=True, initializer_range=0.2, **special)
-    vision = dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14,
-                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3, initializer_range=0.2)
-    cfg = Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=ids['<|image_pad|>'],
-                        video_token_id=ids['<|video_pad|>'], vision_start_token_id=ids['<|vision_start|>'],
-                        vision_end_token_id=ids['<|vision_end|>'], tie_word_embeddings=True, **special)
-    torch.manual_seed(seed)
-    model = Qwen2VLForConditionalGeneration(cfg).eval()
-    printable = lambda i: (i < len(tk) and i not in tk.all_special_ids and (s := tk.decode([i]))
-                           and all(32 <= ord(c) < 127 for c in s))
-    stops = special | dict(eos_token_id=[ids['<|im_end|>'], ids['<|endoftext|>']])
-    suppress = [i for i in range(vocab) if i != ids['<|im_end|>'] and not printable(i)]
-    model.generation_config = GenerationConfig(do_sample=False, **stops, suppress_tokens=suppress)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    proc.save_pretrained(out)
-    tk.save_pretrained(out)
-    return str(out)
-
 # %% ../nbs/05_caption.ipynb #54ece922
 class CaptionerError(RuntimeError):
     "A captioner cannot work as configured."
@@ -188,25 +165,39 @@ def chat_messages(spec:CaptionSpec, image)->list:
             dict(role='user', content=[image, dict(type='text', text=spec.user)])]
 
 # %% ../nbs/05_caption.ipynb #3d4a96e1
-class OpenAICaptioner:
-    "Caption through an OpenAI-compatible server."
+class ChatClient:
+    "An OpenAI-compatible chat server (`vllm serve`, `transformers serve`): one session, its check, retries and requests in flight."
     def __init__(self,
                  endpoint:str, # base URL, e.g. http://127.0.0.1:8000/v1
-                 spec:CaptionSpec, # the model (its name on the server), prompts and sampling
+                 model:str, # the model's name on the server
                  *,
-                 concurrency:int=16, # requests in flight
+                 concurrency:int=Caption.concurrency, # requests in flight
                  timeout:float=120.0, # seconds per request
-                 retries:int=4, # retries on timeouts, dropped connections, 5xx and malformed answers
+                 retries:int=4, # retries on timeouts, dropped connections, 5xx, 429 and malformed answers
                  backoff:float=0.5, # seconds before the first retry (doubling after)
                  api_key:str|None=None, # sent as a bearer token
-                 check:bool=True, # ask the server now whether it serves `spec.model`
+                 check:bool=True, # ask the server now whether it serves `model`
                 ):
         import requests
-        self.endpoint, self.spec, self.concurrency = endpoint.rstrip('/'), spec, concurrency
+        self.endpoint, self.model, self.concurrency = endpoint.rstrip('/'), model, concurrency
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self.session = requests.Session()
         if api_key: self.session.headers['Authorization'] = f'Bearer {api_key}'
         if check: self.check()
+
+    def check(self):
+        "Raise `CaptionerError`, saying what to do, unless the server serves `model`."
+        check_server(self.session, self.endpoint, model=self.model, timeout=self.timeout)
+
+    def post(self, body:dict)->ChatResult:
+        "One streamed chat completion (`body` without the model), retrying transient failures."
+        return post_chat(self.session, self.endpoint, dict(model=self.model) | body, retries=self.retries,
+                         backoff=self.backoff, timeout=self.timeout)
+
+    def map(self, fn, items:list)->list:
+        "`fn` of every item, in order, `concurrency` at a time (`fn` posts one request each)."
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(self.concurrency) as ex: return list(ex.map(fn, items))
 
 # %% ../nbs/05_caption.ipynb #6c4da138
 def check_server(session, # a `requests.Session` (carrying the API key, if any)
@@ -236,12 +227,6 @@ def check_server(session, # a `requests.Session` (carrying the API key, if any)
     except requests.RequestException as e: why = f'{type(e).__name__}: {e}'
     raise CaptionerError(f'{endpoint} did not answer for model {model!r} ({why}); '
                          f'it lists {served}. Pass the name the server was started with.')
-
-# %% ../nbs/05_caption.ipynb #54d12bf3
-@patch
-def check(self:OpenAICaptioner):
-    "Raise `CaptionerError` unless the server serves `spec.model`."
-    check_server(self.session, self.endpoint, model=self.spec.model, timeout=self.timeout)
 
 # %% ../nbs/05_caption.ipynb #f2653b1c
 def _parse_stream(lines)->tuple:
@@ -302,24 +287,27 @@ def post_chat(session, # a `requests.Session`
     return ChatResult('error', reason=f'gave up after {retries + 1} attempts: {last}')
 
 # %% ../nbs/05_caption.ipynb #9cc6f6ee
-@patch
-def _one(self:OpenAICaptioner, jpeg:bytes)->Reply:
-    "Caption one prepared image, retrying transient failures."
-    image = dict(type='image_url', image_url=dict(url=_data_url(jpeg)))
-    body = dict(model=self.spec.model, messages=chat_messages(self.spec, image),
-                max_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature,
-                stream=True, stream_options=dict(include_usage=True))
-    r = post_chat(self.session, self.endpoint, body, retries=self.retries, backoff=self.backoff, timeout=self.timeout)
-    if r.status != 'ok': return Reply(None, r.status, r.reason)
-    n = r.tokens if r.tokens is not None else len(r.text.split())
-    return judge(r.text, finish_reason=r.finish, output_tokens=n, max_chars=self.spec.max_chars)
+class OpenAICaptioner:
+    "Caption through an OpenAI-compatible server."
+    def __init__(self,
+                 endpoint:str, # base URL, e.g. http://127.0.0.1:8000/v1
+                 spec:CaptionSpec, # the model (its name on the server), prompts and sampling
+                 **client_kw): # `ChatClient` options: concurrency, timeout, retries, backoff, api_key, check
+        self.spec, self.client = spec, ChatClient(endpoint, spec.model, **client_kw)
 
-# %% ../nbs/05_caption.ipynb #c35229a6
-@patch
-def caption(self:OpenAICaptioner, images:list)->list:
-    "Replies for prepared JPEGs, in order, `concurrency` at a time."
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(self.concurrency) as ex: return list(ex.map(self._one, images))
+    def reply(self, jpeg:bytes)->Reply:
+        "Caption one prepared image, retrying transient failures."
+        image = dict(type='image_url', image_url=dict(url=_data_url(jpeg)))
+        body = dict(messages=chat_messages(self.spec, image), max_tokens=self.spec.max_new_tokens,
+                    temperature=self.spec.temperature, stream=True, stream_options=dict(include_usage=True))
+        r = self.client.post(body)
+        if r.status != 'ok': return Reply(None, r.status, r.reason)
+        n = r.tokens if r.tokens is not None else len(r.text.split())
+        return grade_reply(r.text, finish_reason=r.finish, output_tokens=n, max_chars=self.spec.max_chars)
+
+    def caption(self, images:list)->list:
+        "Replies for prepared JPEGs, in order, `concurrency` at a time."
+        return self.client.map(self.reply, images)
 
 # %% ../nbs/05_caption.ipynb #ca2b27b4
 class TransformersCaptioner:
@@ -345,44 +333,40 @@ class TransformersCaptioner:
         dt = getattr(torch, dtype) if dtype else 'auto'
         self.model = AutoModelForImageTextToText.from_pretrained(model_dir, torch_dtype=dt).to(device).eval()
 
-# %% ../nbs/05_caption.ipynb #a67d35cf
-@patch
-def _batch(self:TransformersCaptioner, jpegs:list)->list:
-    "Replies for one batch of prepared JPEGs (raises on a bad image)."
-    import torch
-    ims = [Image.open(io.BytesIO(b)).convert('RGB') for b in jpegs]
-    chat = chat_messages(self.spec, dict(type='image'))
-    prompts = [self.processor.apply_chat_template(chat, add_generation_prompt=True) for _ in ims]
-    x = self.processor(text=prompts, images=ims, padding=True, return_tensors='pt').to(self.device)
-    t = self.spec.temperature
-    with torch.inference_mode():
-        out = self.model.generate(**x, max_new_tokens=self.spec.max_new_tokens, do_sample=t > 0,
-                                  temperature=t if t > 0 else None)
-    new, eos = out[:, x['input_ids'].shape[1]:], self.model.generation_config.eos_token_id
-    eos = set(eos if isinstance(eos, list) else [eos]) | {self.processor.tokenizer.pad_token_id}
-    replies = []
-    for row in new.tolist():
-        n = next((k for k, tok in enumerate(row) if tok in eos), None)
-        toks = row if n is None else row[:n]
-        replies.append(judge(self.processor.tokenizer.decode(toks, skip_special_tokens=True),
-                             finish_reason='length' if n is None else 'stop', output_tokens=len(toks),
-                             max_chars=self.spec.max_chars))
-    return replies
+    def _batch(self, jpegs:list)->list:
+        "Replies for one batch of prepared JPEGs (raises on a bad image)."
+        import torch
+        ims = [Image.open(io.BytesIO(b)).convert('RGB') for b in jpegs]
+        chat = chat_messages(self.spec, dict(type='image'))
+        prompts = [self.processor.apply_chat_template(chat, add_generation_prompt=True) for _ in ims]
+        x = self.processor(text=prompts, images=ims, padding=True, return_tensors='pt').to(self.device)
+        t = self.spec.temperature
+        with torch.inference_mode():
+            out = self.model.generate(**x, max_new_tokens=self.spec.max_new_tokens, do_sample=t > 0,
+                                      temperature=t if t > 0 else None)
+        new, eos = out[:, x['input_ids'].shape[1]:], self.model.generation_config.eos_token_id
+        eos = set(eos if isinstance(eos, list) else [eos]) | {self.processor.tokenizer.pad_token_id}
+        replies = []
+        for row in new.tolist():
+            n = next((k for k, tok in enumerate(row) if tok in eos), None)
+            toks = row if n is None else row[:n]
+            replies.append(grade_reply(self.processor.tokenizer.decode(toks, skip_special_tokens=True),
+                                 finish_reason='length' if n is None else 'stop', output_tokens=len(toks),
+                                 max_chars=self.spec.max_chars))
+        return replies
 
-# %% ../nbs/05_caption.ipynb #021fd229
-@patch(nm='caption')
-def _tf_caption(self:TransformersCaptioner, images:list)->list:
-    "Replies for prepared JPEGs, batch by batch."
-    out = []
-    for s in range(0, len(images), self.batch_size):
-        chunk = images[s:s + self.batch_size]
-        try: out += self._batch(chunk)
-        except Exception:
-            for b in chunk:
-                try: out += self._batch([b])
-                except Exception as e:
-                    out.append(Reply(None, 'rejected', f'{type(e).__name__}: {str(e)[:200]}'))
-    return out
+    def caption(self, images:list)->list:
+        "Replies for prepared JPEGs, batch by batch."
+        out = []
+        for s in range(0, len(images), self.batch_size):
+            chunk = images[s:s + self.batch_size]
+            try: out += self._batch(chunk)
+            except Exception:
+                for b in chunk:
+                    try: out += self._batch([b])
+                    except Exception as e:
+                        out.append(Reply(None, 'rejected', f'{type(e).__name__}: {str(e)[:200]}'))
+        return out
 
 # %% ../nbs/05_caption.ipynb #10e61945
 class VLLMCaptioner:
@@ -400,14 +384,12 @@ class VLLMCaptioner:
         self.llm = LLM(model=model, **engine_kw)
         self.params = SamplingParams(max_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature)
 
-# %% ../nbs/05_caption.ipynb #dac954a6
-@patch(nm='caption')
-def _vllm_caption(self:VLLMCaptioner, images:list)->list:
-    "Replies for prepared JPEGs: one `LLM.chat` call over the batch."
-    chats = [chat_messages(self.spec, dict(type='image_url', image_url=dict(url=_data_url(b)))) for b in images]
-    outs = self.llm.chat(chats, self.params, use_tqdm=False)
-    return [judge(o.outputs[0].text, finish_reason=o.outputs[0].finish_reason,
-                  output_tokens=len(o.outputs[0].token_ids), max_chars=self.spec.max_chars) for o in outs]
+    def caption(self, images:list)->list:
+        "Replies for prepared JPEGs: one `LLM.chat` call over the batch."
+        chats = [chat_messages(self.spec, dict(type='image_url', image_url=dict(url=_data_url(b)))) for b in images]
+        outs = self.llm.chat(chats, self.params, use_tqdm=False)
+        return [grade_reply(o.outputs[0].text, finish_reason=o.outputs[0].finish_reason,
+                      output_tokens=len(o.outputs[0].token_ids), max_chars=self.spec.max_chars) for o in outs]
 
 # %% ../nbs/05_caption.ipynb #f898ac2e
 @dataclass(frozen=True)
@@ -415,10 +397,10 @@ class Backend:
     "A captioner to build, by kind, spec and options."
     kind: str # openai, transformers or vllm
     spec: CaptionSpec # the model, prompts and sampling
-    endpoint: str = 'http://127.0.0.1:8000/v1' # openai: the server's base URL
-    device: str = 'cpu' # transformers: cpu or cuda
+    endpoint: str = Caption.endpoint # openai: the server's base URL
+    device: str = Caption.device # transformers: cpu or cuda
     batch_size: int = 8 # transformers: images per generate call
-    concurrency: int = 16 # openai: requests in flight
+    concurrency: int = Caption.concurrency # openai: requests in flight
 
     def __post_init__(self):
         if self.kind not in ('openai', 'transformers', 'vllm'):
@@ -450,7 +432,7 @@ def _prepared_images(b:pa.Table, max_pixels:int)->pa.Table:
     # each row's bytes are read once
     got = [prepare_image(d, max_pixels) if d is not None else (None, why or 'no image bytes')
            for d, why in map(image_bytes, b.select(['image', 'uri']).to_pylist())]
-    return pa.table({'_rowid': detach(b['_rowid']), 'jpeg': pa.array([j for j, _ in got], pa.binary()),
+    return pa.table({'_rowid': owned_copy(b['_rowid']), 'jpeg': pa.array([j for j, _ in got], pa.binary()),
                      'why': pa.array([w for _, w in got], pa.string())})
 
 # %% ../nbs/05_caption.ipynb #0ac27df8
@@ -465,44 +447,24 @@ def _caption_batch(p:pa.Table, captioner)->pa.Table:
                      'tokens': [r.output_tokens for r in reps]}, schema=_OUT)
 
 # %% ../nbs/05_caption.ipynb #88646d2b
-class _CaptionActor:
-    "Ray Data actor: one captioner replica, built from `backend`."
-    def __init__(self, backend:Backend): self.c = backend.make()
-    def __call__(self, p:pa.Table)->pa.Table: return _caption_batch(p, self.c)
+@functools.lru_cache(maxsize=4)
+def _built(backend:Backend):
+    "The captioner of `backend`, built once per process (a Ray worker keeps its model between batches)."
+    return backend.make()
 
-# %% ../nbs/05_caption.ipynb #b0c25c92
-@dataclass(frozen=True)
-class Actors:
-    "The Ray pipeline's captioner replicas."
-    count:int=1 # captioner replicas (one per GPU on a GPU node)
-    gpus:float=0 # GPUs each replica holds
-    cpus:float=1 # CPUs each replica holds (leave the rest to reading and preparing)
+class CaptionBatch:
+    "Captioning as the per-batch function of a column fill: each row's image prepared, the batch captioned, one outcome per row."
+    def __init__(self,
+                 captioner, # a captioner, or a `Backend` (built once in each process that runs a batch: what Ray needs)
+                 name:str=Caption.name, # the columns are caption_<name> and caption_<name>_status
+                ):
+        self.captioner, self.columns = captioner, (f'caption_{name}', f'caption_{name}_status')
 
-    def __post_init__(self):
-        if self.count < 1 or self.gpus < 0 or self.cpus < 0: raise ValueError(f'bad actor settings: {self}')
-
-# %% ../nbs/05_caption.ipynb #23a16d5b
-def _outcomes_ray(table:str, filt:str, backend:Backend, *, batch_size:int, actors:Actors, engine:Engine):
-    "Outcomes from Ray Data: read, prepare on CPUs, caption on actors."
-    import lance_ray
-    engine.start()
-    ds = lance_ray.read_lance(table, columns=['image', 'uri'], filter=filt,
-                              scanner_options=dict(with_row_id=True))
-    ds = ds.map_batches(_prepared_images, fn_kwargs=dict(max_pixels=backend.spec.max_pixels),
-                        batch_size=batch_size, batch_format='pyarrow')
-    ds = ds.map_batches(_CaptionActor, fn_constructor_kwargs=dict(backend=backend), concurrency=actors.count,
-                        num_gpus=actors.gpus, num_cpus=actors.cpus, batch_size=batch_size,
-                        batch_format='pyarrow')
-    yield from ds.iter_batches(batch_size=None, batch_format='pyarrow')
-
-def _outcomes_local(table:str, filt:str, captioner, *, batch_size:int):
-    "Outcomes batch by batch in this process: scan, prepare, caption."
-    import lance
-    scan = lance.dataset(table).scanner(columns=['image', 'uri'], filter=filt, with_row_id=True,
-                                        batch_size=batch_size, **IMAGE_SCAN)
-    for b in scan.to_batches():
-        p = _prepared_images(pa.Table.from_batches([b]), captioner.spec.max_pixels)
-        yield _caption_batch(p, captioner)
+    def __call__(self, b:pa.Table)->pa.Table:
+        "The caption, the outcome and the tokens written, per row of `b` (`image`, `uri`, `_rowid`)."
+        c = _built(self.captioner) if isinstance(self.captioner, Backend) else self.captioner
+        out = _caption_batch(_prepared_images(b, c.spec.max_pixels), c)
+        return pa.table({self.columns[0]: out['text'], self.columns[1]: out['status'], 'tokens': out['tokens']})
 
 # %% ../nbs/05_caption.ipynb #d331503a
 @dataclass
@@ -520,104 +482,59 @@ class CaptionRun:
     def tokens_per_s(self)->float: return self.output_tokens / self.seconds if self.seconds else 0.0
 
 # %% ../nbs/05_caption.ipynb #a97bb824
-def _tally(run:CaptionRun, out:pa.Table):
-    "Count a batch of outcomes into `run`."
-    for s in out['status'].to_pylist():
-        k = s.split(':')[0]
-        run.statuses[k] = run.statuses.get(k, 0) + 1
-    run.rows += out.num_rows
-    run.output_tokens += sum(out['tokens'].to_pylist())
+def _tally(out:pa.Table)->dict:
+    "Counts of a batch of outcomes: rows per outcome ('status:ok', …) and the tokens written."
+    st = next(n for n in out.column_names if n.endswith('_status'))
+    counts = {}
+    for s in out[st].to_pylist(): counts['status:' + s.split(':')[0]] = counts.get('status:' + s.split(':')[0], 0) + 1
+    return counts | dict(tokens=sum(out['tokens'].to_pylist()))
 
 # %% ../nbs/05_caption.ipynb #2f166a60
 def caption_table(table:str, # the Lance table
                   captioner, # a captioner (OpenAI, transformers or vLLM) or a `Backend` to build one from
-                  name:str, # the columns are caption_<name> and caption_<name>_status
+                  name:str=Caption.name, # the columns are caption_<name> and caption_<name>_status
                   *,
-                  where:str|None=None, # only rows where this SQL holds
-                  batch_size:int=32, # images per captioner call
-                  commit_rows:int=256, # rows per write-back commit (what a kill can lose)
-                  retry_failed:bool=False, # also redo rows whose outcome was not 'ok'
+                  where:str|None=Caption.where, # only rows where this SQL holds
+                  batch_size:int=Caption.batch_size, # images per captioner call
+                  commit_rows:int=Caption.commit_rows, # rows per write-back commit (what a kill can lose)
+                  retry_failed:bool=Caption.retry_failed, # also redo rows whose outcome was not 'ok'
                   limit:int|None=None, # stop after this many rows
-                  engine:Engine|str='local', # 'local', or 'ray': a Ray Data pipeline (needs a `Backend`)
-                  actors:Actors=Actors(), # ray: the captioner replicas
+                  engine:Engine|str='local', # 'local', or 'ray': Ray Data workers, each with its own captioner (needs a `Backend`)
+                  actors:Actors=Actors(Caption.actors), # ray: the captioner replicas
                   progress:bool=True, # show a progress bar
                  )->CaptionRun:
-    "Caption `table`'s rows with no outcome yet, in place."
-    import lance
-    engine = as_engine(engine)
+    "Caption `table`'s rows with no outcome yet, in place: a column fill whose per-batch function is `CaptionBatch`."
     if not re.fullmatch(r'[A-Za-z0-9_]+', name):
         raise ValueError(f'name must be letters, digits or _, got {name!r}')
-    if engine.is_ray and not isinstance(captioner, Backend):
+    if as_engine(engine).is_ray and not isinstance(captioner, Backend):
         raise ValueError("engine='ray' builds a captioner per actor: pass a Backend")
     col, st = f'caption_{name}', f'caption_{name}_status'
     _ensure_columns(table, col, captioner.spec)
-    filt = f"status = 'ok' AND ({st} IS NULL" + (f" OR {st} != 'ok')" if retry_failed else ')')
-    filt += f' AND ({where})' if where else ''
-    todo = min(lance.dataset(table).count_rows(filt), limit or 1 << 62)
-    if engine.is_ray:
-        stream = _outcomes_ray(table, filt, captioner, batch_size=batch_size, actors=actors, engine=engine)
-    else:
-        local = captioner.make() if isinstance(captioner, Backend) else captioner
-        stream = _outcomes_local(table, filt, local, batch_size=batch_size)
-    run, pending, t0 = CaptionRun(col), [], time.perf_counter()
-    def flush():
-        if not pending: return
-        t = pa.concat_tables(pending)
-        pending.clear()
-        run.version = write_back(table, pa.table({'_rowid': t['_rowid'], col: t['text'], st: t['status']}))
-    with tqdm(total=todo, desc=col, unit='img', disable=not progress) as bar:
-        for out in stream:
-            out = out.slice(0, todo - run.rows)
-            pending.append(out)
-            _tally(run, out)
-            run.seconds = time.perf_counter() - t0
-            bar.update(out.num_rows)
-            bar.set_postfix(img_s=f'{run.images_per_s:.1f}', tok_s=f'{run.tokens_per_s:.0f}')
-            if sum(p.num_rows for p in pending) >= commit_rows: flush()
-            if run.rows >= todo: break
-    flush()
-    run.seconds = time.perf_counter() - t0
-    run.version = run.version or lance.dataset(table).version
-    return run
+    todo = f"status = 'ok' AND ({st} IS NULL" + (f" OR {st} != 'ok')" if retry_failed else ')')
+    fill = Fill(CaptionBatch(captioner, name), (col, st), read_columns=('image', 'uri'), dtype=pa.string(), todo=todo,
+                batch_size=batch_size, commit_rows=commit_rows, tally=_tally)
+    f = fill_column(table, fill, where=where or None, limit=limit, engine=engine, actors=actors, progress=progress)
+    statuses = {k.removeprefix('status:'): v for k, v in f.counts.items() if k.startswith('status:')}
+    return CaptionRun(col, rows=f.filled, statuses=statuses, output_tokens=f.counts.get('tokens', 0), seconds=f.seconds,
+                      version=f.version)
 
 # %% ../nbs/05_caption.ipynb #4472974a
 @call_parse
+@with_options(Caption)
 def prx_caption(table:str=None, # Lance table path or URI (required)
-                backend:str='openai', # openai (a server), transformers (a local model dir) or vllm (GPU)
-                endpoint:str='http://127.0.0.1:8000/v1', # openai: the server's base URL
-                model:str=None, # the model: its name on the server, or a local directory (required)
-                column:str=None, # results go to caption_<column> and caption_<column>_status (required)
-                where:str=None, # only rows where this SQL holds
-                batch_size:int=32, # images per captioner call
-                commit_rows:int=256, # rows per write-back commit
-                concurrency:int=16, # openai: requests in flight
-                max_pixels:int=1024 * 1024, # bound on each image's pixels before the model
-                max_new_tokens:int=400, # reply length limit
-                device:str='cpu', # transformers: cpu or cuda
-                retry_failed:bool=False, # also redo rows whose outcome was not ok
+                column:str=None, # the same as --name
                 limit:int=None, # stop after this many rows
-                ray:bool=False, # run as a Ray Data pipeline (a local Ray unless --ray-address)
-                actors:int=1, # ray: captioner replicas
-                gpus_per_actor:float=0, # ray: GPUs per replica (1 on a GPU node)
-                cpus_per_actor:float=1, # ray: CPUs each replica holds
+                ray:bool=False, # run on Ray Data workers (a local Ray unless --ray-address)
                 ray_address:str=None, # ray: cluster address
                 workers:int=None, # ray: CPUs of a local Ray (default: all)
                 quiet:bool=False, # no progress bar
-               ):
+                **options): # every option of `Caption` (prx_run's [caption]), as --flags
     "Caption a table's usable rows into a new column, in place."
-    if not (table and model and column):
-        raise SystemExit('prx_caption: --table, --model and --column are required')
+    o = Caption.build(options | (dict(name=column) if column else {}), 'prx_caption')
+    if not (table and o.model):
+        raise SystemExit('prx_caption: --table and --model are required')
     try:
-        spec = CaptionSpec(model, max_new_tokens=max_new_tokens, max_pixels=max_pixels)
-        b = Backend(backend, spec, endpoint=endpoint, device=device, batch_size=batch_size,
-                    concurrency=concurrency)
-        kw = dict(where=where, batch_size=batch_size, commit_rows=commit_rows, retry_failed=retry_failed,
-                  progress=not quiet)
-        if ray:
-            engine = Engine('ray', ray_address, workers)
-            reps = Actors(actors, gpus_per_actor, cpus_per_actor)
-            r = caption_table(table, b, column, engine=engine, actors=reps, **kw)
-        else: r = caption_table(table, b.make(), column, limit=limit, **kw)
+        r = o.caption(table, engine=Engine('ray', ray_address, workers) if ray else Engine('local'), limit=limit, progress=not quiet)
     except (CaptionerError, ValueError) as e: raise SystemExit(f'prx_caption: {e}') from None
     print(f"{r.rows:,} rows captioned into {r.column} of {table} (version {r.version}) in {r.seconds:.1f} s: "
           f"{r.images_per_s:.2f} img/s, {r.tokens_per_s:.0f} output tokens/s; outcomes {r.statuses}")

@@ -4,27 +4,25 @@
 
 # %% ../nbs/08a_classify.ipynb #1bd18b31
 from __future__ import annotations
-import hashlib, math, time
+import hashlib, math
 from dataclasses import dataclass, asdict, field
+from typing import ClassVar
 from importlib.resources import files
 from pathlib import Path
-import numpy as np, pandas as pd, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
-from fastcore.basics import patch
-from tqdm.auto import tqdm
+import numpy as np, pandas as pd, pyarrow as pa
 from .core import call_parse
 from .embed import shared_minilm, MiniLM
-from .table import add_columns, write_back, sql_in
+from .table import add_columns, Fill, fill_column
 from .explore import search
-from .caption import CaptionerError, check_server, post_chat, tiny_tokenizer
-from .mds import iter_buckets, bucket_key, check_bucket, refuse_damaged
-from .skips import set_skips, skip_shards
+from .caption import CaptionerError, ChatClient, Caption
+from .stage import Stage, StageRun, RunContext, opt, with_options
 
 # %% auto #0
 __all__ = ['LABELS', 'RESERVED', 'HINTS', 'SYSTEM', 'QUESTION', 'USER', 'CLASSIFY_VERSION', 'TEXT_QUERY', 'NSFW_QUERY',
-           'BACKENDS', 'check_label', 'check_labels', 'ClassifySpec', 'classify_messages', 'Verdict', 'parse_label',
-           'caption_set', 'MiniLMClassifier', 'tiny_llm', 'TransformersClassifier', 'OpenAIClassifier',
-           'VLLMClassifier', 'make_classifier', 'candidates', 'label_columns', 'ClassifyRun', 'classify_table',
-           'TreeFilter', 'filter_tree', 'prx_classify', 'prx_filter']
+           'BACKENDS', 'check_label', 'check_labels', 'Classify', 'ClassifySpec', 'classify_messages', 'Verdict',
+           'parse_label', 'caption_set', 'MiniLMClassifier', 'TransformersClassifier', 'OpenAIClassifier',
+           'VLLMClassifier', 'make_classifier', 'candidates', 'label_columns', 'LabelBatch', 'ClassifyRun',
+           'classify_table', 'prx_classify']
 
 # %% ../nbs/08a_classify.ipynb #b4dc21eb
 LABELS = ('visual', 'text', 'nsfw')
@@ -45,6 +43,63 @@ def check_labels(labels, # the labels a classifier may give
     if len(labels) < 2 or len(set(labels)) != len(labels):
         raise ValueError(f'labels must be at least two distinct words, got {labels}')
     return tuple(map(check_label, labels))
+
+# %% ../nbs/08a_classify.ipynb #c1a55f01
+@dataclass
+class Classify(Stage):
+    "Label each caption visual, text or nsfw into label_<name>: the options of `prx_run`'s [classify], `prx_classify` and `classify_table`."
+    section: ClassVar[str] = 'classify'
+    enabled: bool = opt(True, 'label each caption visual, text or nsfw into label_<name>')
+    backend: str = opt('minilm', 'minilm (offline), openai (a server), transformers (a local model dir) or vllm (GPU)')
+    model: str = opt('', "LLM backends: the model's name on the server, or a local directory")
+    endpoint: str = opt(Caption.endpoint, "openai: the server's base URL")
+    caption_column: str = opt('', "the caption read (empty: the tree's caption in a run)")
+    name: str = opt('kind', 'the columns are label_<name>, label_<name>_score and label_<name>_status')
+    labels: list = opt(list(LABELS), 'the labels the answer is constrained to')
+    examples: str = opt('', 'minilm: a CSV of caption,label[,split] to calibrate on (empty: the shipped set)')
+    batch_size: int = opt(1024, 'captions per classifier call')
+    commit_rows: int = opt(4096, 'rows per write-back commit (what a kill can lose)')
+    concurrency: int = opt(32, 'openai: requests in flight')
+    device: str = opt('cpu', 'transformers: cpu or cuda')
+    retry_failed: bool = opt(False, 'also redo rows left without a label')
+    replace: bool = opt(False, 'drop the label columns and label every row again')
+    where: str = opt('', 'only rows where this SQL holds (empty: every usable row)')
+
+    def classifier(self):
+        "The classifier these options name; `ValueError` for a bad combination."
+        return make_classifier(self.backend, model=self.model or None, endpoint=self.endpoint, labels=tuple(self.labels),
+                               examples=self.examples or None, device=self.device, batch_size=min(self.batch_size, 32),
+                               concurrency=self.concurrency)
+
+    def classify(self,
+                 table:str, # the Lance table
+                 *,
+                 caption_column:str|None=None, # the caption read (default: the `caption_column` option)
+                 limit:int|None=None, # stop after this many rows
+                 progress:bool=True, # show a progress bar
+                )->ClassifyRun:
+        "Label `table` as these options say."
+        return classify_table(table, self.classifier(), self.name, caption_column=caption_column or self.caption_column,
+                              where=self.where or None, batch_size=self.batch_size, commit_rows=self.commit_rows,
+                              retry_failed=self.retry_failed, replace=self.replace, limit=limit, progress=progress)
+
+    def check(self, bad):
+        "A known backend, a model for the LLM backends, and labels that can name skip lists."
+        if not self.enabled: return
+        if self.backend not in BACKENDS: bad('classify.backend', f'must be one of {", ".join(BACKENDS)}, got {self.backend!r}')
+        if self.backend != 'minilm' and not self.model: bad('classify.model', f'is needed by the {self.backend} backend')
+        try: check_labels(self.labels)
+        except ValueError as e: bad('classify.labels', str(e))
+
+    def key(self, ctx:RunContext)->list:
+        "Its options and the caption it reads."
+        return [asdict(self), ctx.classify_column]
+
+    def run(self, ctx:RunContext)->StageRun:
+        "The [classify] stage of a run: it reads the run's caption (`ctx.classify_column`)."
+        r = self.classify(ctx.table, caption_column=ctx.classify_column, progress=ctx.progress)
+        return StageRun('classify', 'ran', rows_in=r.rows, rows_out=sum(r.labels.values()), reasons=dict(r.reasons), version=r.version,
+                        outputs=dict(column=r.column, labels=r.labels, caption_column=ctx.classify_column))
 
 # %% ../nbs/08a_classify.ipynb #c6d28fbf
 HINTS = dict(visual='a photograph, painting or illustration: something you look at',
@@ -128,46 +183,21 @@ class MiniLMClassifier:
         text = '\n'.join(f'{c}\t{l}' for c, l in zip(ex['caption'], ex['label']))
         self.examples = f"{len(ex)} captions, sha1 {hashlib.sha1(text.encode()).hexdigest()[:12]}"
 
-# %% ../nbs/08a_classify.ipynb #74e8285c
-@patch(nm='meta')
-def _minilm_meta(self:MiniLMClassifier)->dict:
-    "What made the labels (column metadata)."
-    return dict(model=f'{MiniLM.name} + logistic regression (C={self.C})', labels=str(self.labels),
-                examples=self.examples, prompt_version='none: no prompt, a classifier over caption embeddings')
+    def meta(self)->dict:
+        "What made the labels (column metadata)."
+        return dict(model=f'{MiniLM.name} + logistic regression (C={self.C})', labels=str(self.labels),
+                    examples=self.examples, prompt_version='none: no prompt, a classifier over caption embeddings')
 
-@patch(nm='classify')
-def _minilm_classify(self:MiniLMClassifier, captions:list)->list:
-    "A `Verdict` per caption: the most probable label and its probability."
-    if not captions: return []
-    p = self.model.predict_proba(self.embed(list(captions)))
-    return [Verdict(self.labels[j], float(p[i, j])) for i, j in enumerate(p.argmax(1))]
+    def classify(self, captions:list)->list:
+        "A `Verdict` per caption: the most probable label and its probability."
+        if not captions: return []
+        p = self.model.predict_proba(self.embed(list(captions)))
+        return [Verdict(self.labels[j], float(p[i, j])) for i, j in enumerate(p.argmax(1))]
 
 # %% ../nbs/08a_classify.ipynb #2a047106
 TEXT_QUERY = ('screenshot slide document chart diagram spreadsheet infographic menu receipt invoice form '
               'table page "web site" "web page" text')  # full-text query for text-heavy candidates
 NSFW_QUERY = 'nude naked sexual sex topless erotic explicit pornographic genitals breasts'  # … and for nsfw ones
-
-# %% ../nbs/08a_classify.ipynb #177ba0e4
-def tiny_llm(out_dir, # where to save the model directory
-             seed:int=0, # weights are deterministic for a seed
-            )->str:
-    "Build and save a tiny random-weight Qwen2 causal LM that runs offline."
-    import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
-    tk = tiny_tokenizer()
-    vocab = (len(tk) + 63) // 64 * 64
-    eos, pad = tk.convert_tokens_to_ids('<|im_end|>'), tk.convert_tokens_to_ids('<|endoftext|>')
-    cfg = Qwen2Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                      tie_word_embeddings=True, initializer_range=0.2, bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(cfg).eval()
-    model.generation_config = GenerationConfig(do_sample=False, eos_token_id=[eos, pad], pad_token_id=pad)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    tk.save_pretrained(out)
-    return str(out)
 
 # %% ../nbs/08a_classify.ipynb #ef41b5eb
 class TransformersClassifier:
@@ -193,61 +223,54 @@ class TransformersClassifier:
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=dt).to(device).eval()
         self.label_ids = [self.tok(l, add_special_tokens=False)['input_ids'] for l in self.labels]
 
-# %% ../nbs/08a_classify.ipynb #1a76afca
-@patch(nm='meta')
-def _tf_meta(self:TransformersClassifier)->dict:
-    "What made the labels (column metadata)."
-    return self.spec.meta() | dict(method='the most likely label after the prompt')
+    def meta(self)->dict:
+        "What made the labels (column metadata)."
+        return self.spec.meta() | dict(method='the most likely label after the prompt')
 
-@patch
-def _prompt_ids(self:TransformersClassifier, caption:str)->list:
-    "Token ids of the prompt for `caption`, up to where the answer starts."
-    msgs = classify_messages(self.spec, caption)
-    if self.tok.chat_template:
-        ids = self.tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
-        return list(ids['input_ids'] if hasattr(ids, 'keys') else ids)  # a list, or a BatchEncoding in newer transformers
-    return self.tok('\n\n'.join(m['content'] for m in msgs) + '\nAnswer: ', add_special_tokens=False)['input_ids']
+    def _prompt_ids(self, caption:str)->list:
+        "Token ids of the prompt for `caption`, up to where the answer starts."
+        msgs = classify_messages(self.spec, caption)
+        if self.tok.chat_template:
+            ids = self.tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+            return list(ids['input_ids'] if hasattr(ids, 'keys') else ids)  # a list, or a BatchEncoding in newer transformers
+        return self.tok('\n\n'.join(m['content'] for m in msgs) + '\nAnswer: ', add_special_tokens=False)['input_ids']
 
-# %% ../nbs/08a_classify.ipynb #e1fb42c6
-@patch
-def log_likelihoods(self:TransformersClassifier, captions:list)->np.ndarray:
-    "(captions, labels) summed log-probabilities of each label's tokens after each caption's prompt."
-    torch = self.torch
-    seqs, spans = [], []
-    for c in captions:
-        p = self._prompt_ids(c)
-        for ids in self.label_ids: seqs.append(p + ids); spans.append((len(p), len(ids)))
-    x = torch.full((len(seqs), max(map(len, seqs))), self.tok.pad_token_id or 0, dtype=torch.long)
-    mask = torch.zeros_like(x)
-    for i, s in enumerate(seqs): x[i, :len(s)], mask[i, :len(s)] = torch.tensor(s), 1
-    rows = torch.cat([torch.full((m,), i) for i, (a, m) in enumerate(spans)])
-    pos = torch.cat([torch.arange(a - 1, a + m - 1) for a, m in spans])
-    with torch.inference_mode():
-        h = self.model.base_model(input_ids=x.to(self.device), attention_mask=mask.to(self.device)).last_hidden_state
-        logp = self.model.get_output_embeddings()(h[rows, pos]).float().log_softmax(-1)
-        tok = logp[torch.arange(len(pos)), x[rows, pos + 1].to(self.device)].cpu()
-    per = torch.zeros(len(seqs)).index_add_(0, rows, tok)
-    return per.reshape(len(captions), len(self.label_ids)).numpy()
+    def log_likelihoods(self, captions:list)->np.ndarray:
+        "(captions, labels) summed log-probabilities of each label's tokens after each caption's prompt."
+        torch = self.torch
+        seqs, spans = [], []
+        for c in captions:
+            p = self._prompt_ids(c)
+            for ids in self.label_ids: seqs.append(p + ids); spans.append((len(p), len(ids)))
+        x = torch.full((len(seqs), max(map(len, seqs))), self.tok.pad_token_id or 0, dtype=torch.long)
+        mask = torch.zeros_like(x)
+        for i, s in enumerate(seqs): x[i, :len(s)], mask[i, :len(s)] = torch.tensor(s), 1
+        rows = torch.cat([torch.full((m,), i) for i, (a, m) in enumerate(spans)])
+        pos = torch.cat([torch.arange(a - 1, a + m - 1) for a, m in spans])
+        with torch.inference_mode():
+            h = self.model.base_model(input_ids=x.to(self.device), attention_mask=mask.to(self.device)).last_hidden_state
+            logp = self.model.get_output_embeddings()(h[rows, pos]).float().log_softmax(-1)
+            tok = logp[torch.arange(len(pos)), x[rows, pos + 1].to(self.device)].cpu()
+        per = torch.zeros(len(seqs)).index_add_(0, rows, tok)
+        return per.reshape(len(captions), len(self.label_ids)).numpy()
 
-# %% ../nbs/08a_classify.ipynb #90247f9c
-@patch(nm='classify')
-def _tf_classify(self:TransformersClassifier, captions:list)->list:
-    "A `Verdict` per caption: the most likely label, its softmax share as the confidence."
-    out = []
-    for s in range(0, len(captions), self.batch_size):
-        chunk = captions[s:s + self.batch_size]
-        try: lls = [self.log_likelihoods(chunk)]
-        except Exception:  # one bad caption must not take the batch with it
-            lls = []
-            for c in chunk:
-                try: lls.append(self.log_likelihoods([c]))
-                except Exception as e: lls.append(f'rejected: {type(e).__name__}: {str(e)[:200]}')
-        for ll in lls:
-            if isinstance(ll, str): out.append(Verdict(None, reason=ll)); continue
-            p = np.exp(ll - ll.max(1, keepdims=True))
-            p /= p.sum(1, keepdims=True)
-            out += [Verdict(self.labels[j], float(p[i, j])) for i, j in enumerate(p.argmax(1))]
-    return out
+    def classify(self, captions:list)->list:
+        "A `Verdict` per caption: the most likely label, its softmax share as the confidence."
+        out = []
+        for s in range(0, len(captions), self.batch_size):
+            chunk = captions[s:s + self.batch_size]
+            try: lls = [self.log_likelihoods(chunk)]
+            except Exception:  # one bad caption must not take the batch with it
+                lls = []
+                for c in chunk:
+                    try: lls.append(self.log_likelihoods([c]))
+                    except Exception as e: lls.append(f'rejected: {type(e).__name__}: {str(e)[:200]}')
+            for ll in lls:
+                if isinstance(ll, str): out.append(Verdict(None, reason=ll)); continue
+                p = np.exp(ll - ll.max(1, keepdims=True))
+                p /= p.sum(1, keepdims=True)
+                out += [Verdict(self.labels[j], float(p[i, j])) for i, j in enumerate(p.argmax(1))]
+        return out
 
 # %% ../nbs/08a_classify.ipynb #368bc61a
 class OpenAIClassifier:
@@ -256,59 +279,42 @@ class OpenAIClassifier:
                  endpoint:str, # base URL, e.g. http://127.0.0.1:8000/v1
                  spec:ClassifySpec, # the model (its name on the server), prompts and labels
                  *,
-                 concurrency:int=32, # requests in flight
-                 timeout:float=60.0, # seconds per request
-                 retries:int=4, # retries on timeouts, dropped connections, 5xx and malformed answers
-                 backoff:float=0.5, # seconds before the first retry (doubling after)
-                 api_key:str|None=None, # sent as a bearer token
                  constrain:bool=True, # ask for a choice among the labels (vLLM's structured outputs)
                  logprobs:bool=True, # ask for token log-probabilities (the confidence)
-                 check:bool=True, # ask the server now whether it serves `spec.model`
-                ):
-        import requests
-        self.endpoint, self.spec, self.labels, self.concurrency = endpoint.rstrip('/'), spec, spec.labels, concurrency
-        self.timeout, self.retries, self.backoff = timeout, retries, backoff
-        self.constrain, self.logprobs = constrain, logprobs
-        self.session = requests.Session()
-        if api_key: self.session.headers['Authorization'] = f'Bearer {api_key}'
-        if check: check_server(self.session, self.endpoint, model=spec.model, timeout=timeout)
+                 **client_kw): # `ChatClient` options: concurrency, timeout, retries, backoff, api_key, check
+        self.spec, self.labels, self.constrain, self.logprobs = spec, spec.labels, constrain, logprobs
+        self.client = ChatClient(endpoint, spec.model, **dict(concurrency=Classify.concurrency, timeout=60.0) | client_kw)
+
+    def meta(self)->dict:
+        "What made the labels (column metadata)."
+        return self.spec.meta() | dict(method=f'{self.client.endpoint}, constrained: {self.constrain}')
+
+    def _body(self, caption:str)->dict:
+        "The chat request for one caption."
+        b = dict(messages=classify_messages(self.spec, caption), max_tokens=self.spec.max_new_tokens,
+                 temperature=self.spec.temperature, stream=True, stream_options=dict(include_usage=True))
+        if self.constrain:  # vLLM >= 0.10: structured_outputs; older vLLM: guided_choice (each ignores the other)
+            b |= dict(structured_outputs=dict(choice=list(self.labels)), guided_choice=list(self.labels))
+        if self.logprobs: b['logprobs'] = True
+        return b
+
+    def verdict(self, caption:str)->Verdict:
+        "The `Verdict` for one caption."
+        body = self._body(caption)
+        r = self.client.post(body)
+        if r.status == 'rejected' and any(k in body and k in r.reason for k in _CONSTRAINTS):
+            self.constrain = self.logprobs = False  # this server refuses the fields: ask without them, parse strictly
+            r = self.client.post(self._body(caption))
+        if r.status != 'ok': return Verdict(None, reason=f'{r.status}: {r.reason}')
+        v = parse_label(r.text, self.labels)
+        return Verdict(v.label, math.exp(r.logprob)) if v.label and r.logprob is not None else v
+
+    def classify(self, captions:list)->list:
+        "A `Verdict` per caption, in order, `concurrency` requests at a time."
+        return self.client.map(self.verdict, captions)
 
 # %% ../nbs/08a_classify.ipynb #02dcb6dd
-@patch(nm='meta')
-def _openai_meta(self:OpenAIClassifier)->dict:
-    "What made the labels (column metadata)."
-    return self.spec.meta() | dict(method=f'{self.endpoint}, constrained: {self.constrain}')
-
-@patch
-def _body(self:OpenAIClassifier, caption:str)->dict:
-    "The chat request for one caption."
-    b = dict(model=self.spec.model, messages=classify_messages(self.spec, caption), max_tokens=self.spec.max_new_tokens,
-             temperature=self.spec.temperature, stream=True, stream_options=dict(include_usage=True))
-    if self.constrain:  # vLLM >= 0.10: structured_outputs; older vLLM: guided_choice (each ignores the other)
-        b |= dict(structured_outputs=dict(choice=list(self.labels)), guided_choice=list(self.labels))
-    if self.logprobs: b['logprobs'] = True
-    return b
-
-# %% ../nbs/08a_classify.ipynb #354d2d09
-_CONSTRAINTS = ('structured_outputs', 'guided_choice', 'logprobs')
-
-@patch
-def _one(self:OpenAIClassifier, caption:str)->Verdict:
-    "The `Verdict` for one caption."
-    kw, body = dict(retries=self.retries, backoff=self.backoff, timeout=self.timeout), self._body(caption)
-    r = post_chat(self.session, self.endpoint, body, **kw)
-    if r.status == 'rejected' and any(k in body and k in r.reason for k in _CONSTRAINTS):
-        self.constrain = self.logprobs = False  # this server refuses the fields: ask without them, parse strictly
-        r = post_chat(self.session, self.endpoint, self._body(caption), **kw)
-    if r.status != 'ok': return Verdict(None, reason=f'{r.status}: {r.reason}')
-    v = parse_label(r.text, self.labels)
-    return Verdict(v.label, math.exp(r.logprob)) if v.label and r.logprob is not None else v
-
-@patch(nm='classify')
-def _openai_classify(self:OpenAIClassifier, captions:list)->list:
-    "A `Verdict` per caption, in order, `concurrency` requests at a time."
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(self.concurrency) as ex: return list(ex.map(self._one, captions))
+_CONSTRAINTS = ('structured_outputs', 'guided_choice', 'logprobs')  # request fields a server may refuse
 
 # %% ../nbs/08a_classify.ipynb #53d212cc
 def _vllm_choice(labels:tuple)->dict:
@@ -336,34 +342,31 @@ class VLLMClassifier:
         self.params = SamplingParams(max_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature,
                                      logprobs=1, **_vllm_choice(self.labels))
 
-# %% ../nbs/08a_classify.ipynb #f6b983a2
-@patch(nm='meta')
-def _vllm_meta(self:VLLMClassifier)->dict:
-    "What made the labels (column metadata)."
-    return self.spec.meta() | dict(method='vLLM in-process, structured outputs (choice)')
+    def meta(self)->dict:
+        "What made the labels (column metadata)."
+        return self.spec.meta() | dict(method='vLLM in-process, structured outputs (choice)')
 
-@patch(nm='classify')
-def _vllm_classify(self:VLLMClassifier, captions:list)->list:
-    "A `Verdict` per caption: one `LLM.chat` call over the batch."
-    outs = self.llm.chat([classify_messages(self.spec, c) for c in captions], self.params, use_tqdm=False)
-    out = []
-    for o in outs:
-        v, lp = parse_label(o.outputs[0].text, self.labels), o.outputs[0].cumulative_logprob
-        out.append(Verdict(v.label, math.exp(lp)) if v.label and lp is not None else v)
-    return out
+    def classify(self, captions:list)->list:
+        "A `Verdict` per caption: one `LLM.chat` call over the batch."
+        outs = self.llm.chat([classify_messages(self.spec, c) for c in captions], self.params, use_tqdm=False)
+        out = []
+        for o in outs:
+            v, lp = parse_label(o.outputs[0].text, self.labels), o.outputs[0].cumulative_logprob
+            out.append(Verdict(v.label, math.exp(lp)) if v.label and lp is not None else v)
+        return out
 
 # %% ../nbs/08a_classify.ipynb #bb88cbe3
 BACKENDS = ('minilm', 'openai', 'transformers', 'vllm')
 
-def make_classifier(backend:str='minilm', # minilm, openai, transformers or vllm
+def make_classifier(backend:str=Classify.backend, # minilm, openai, transformers or vllm
                     *,
                     model:str|None=None, # LLM backends: the model's name on the server, or a local directory
-                    endpoint:str='http://127.0.0.1:8000/v1', # openai: the server's base URL
+                    endpoint:str=Classify.endpoint, # openai: the server's base URL
                     labels:tuple=LABELS, # the labels (minilm: those of its examples)
                     examples:str|None=None, # minilm: a CSV of caption,label[,split] to calibrate on (default: the shipped set)
-                    device:str='cpu', # transformers: cpu or cuda
+                    device:str=Classify.device, # transformers: cpu or cuda
                     batch_size:int=8, # transformers: captions per forward pass
-                    concurrency:int=32, # openai: requests in flight
+                    concurrency:int=Classify.concurrency, # openai: requests in flight
                    ):
     "A classifier for `backend`; `ValueError` for a bad combination of options."
     if backend not in BACKENDS: raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
@@ -422,19 +425,26 @@ def _ensure_label_columns(table:str, name:str, *, meta:dict, replace:bool):
     if old != meta: ds.update_field_metadata({cols[0]: meta}, replace=True)
 
 # %% ../nbs/08a_classify.ipynb #9a8e3f89
-_OUT = lambda name: pa.schema([('_rowid', pa.uint64())] + [pa.field(c, t) for c, t in
-                                zip(label_columns(name), (pa.string(), pa.float32(), pa.string()))])
+class LabelBatch:
+    "Classification as the per-batch function of a column fill: a label, its confidence and an outcome per caption."
+    def __init__(self,
+                 classifier, # a classifier (`make_classifier`, `MiniLMClassifier`, …)
+                 caption_column:str, # the caption column read
+                 name:str=Classify.name, # the columns are label_<name>, label_<name>_score and label_<name>_status
+                ):
+        self.classifier, self.caption_column, self.columns = classifier, caption_column, label_columns(name)
 
-def _label_batch(b:pa.Table, classifier, *, caption_column:str, name:str)->pa.Table:
-    "`_rowid` and the three label columns for a batch of rows."
-    caps = b[caption_column].to_pylist()
-    ok = [k for k, c in enumerate(caps) if isinstance(c, str) and c.strip()]
-    got = dict(zip(ok, classifier.classify([caps[k] for k in ok]))) if ok else {}
-    vs = [got.get(k) or Verdict(None, reason=f'no_caption: {caption_column} is empty') for k in range(len(caps))]
-    vs = [v if v.label is None or v.label in classifier.labels
-          else Verdict(None, reason=f'invalid: {v.label!r} is not one of the labels') for v in vs]
-    status = ['ok' if v.label else (v.reason or 'error: no label and no reason') for v in vs]
-    return pa.table([b['_rowid'], [v.label for v in vs], [v.score for v in vs], status], schema=_OUT(name))
+    def __call__(self, b:pa.Table)->pa.Table:
+        "The three label columns for the rows of `b`."
+        caps = b[self.caption_column].to_pylist()
+        ok = [k for k, c in enumerate(caps) if isinstance(c, str) and c.strip()]
+        got = dict(zip(ok, self.classifier.classify([caps[k] for k in ok]))) if ok else {}
+        vs = [got.get(k) or Verdict(None, reason=f'no_caption: {self.caption_column} is empty') for k in range(len(caps))]
+        vs = [v if v.label is None or v.label in self.classifier.labels
+              else Verdict(None, reason=f'invalid: {v.label!r} is not one of the labels') for v in vs]
+        status = ['ok' if v.label else (v.reason or 'error: no label and no reason') for v in vs]
+        return pa.table(dict(zip(self.columns, [pa.array([v.label for v in vs], pa.string()),
+                                                pa.array([v.score for v in vs], pa.float32()), pa.array(status, pa.string())])))
 
 # %% ../nbs/08a_classify.ipynb #c8647a5c
 @dataclass
@@ -449,31 +459,32 @@ class ClassifyRun:
     @property
     def captions_per_s(self)->float: return self.rows / self.seconds if self.seconds else 0.0
 
-def _tally(run:ClassifyRun, out:pa.Table, name:str):
-    "Count a batch of outcomes into `run`."
-    col, _, st = label_columns(name)
+def _tally(out:pa.Table)->dict:
+    "Counts of a batch of outcomes: 'label:<label>' per label given, 'reason:<kind>' per row left without one."
+    col, st = out.column_names[1], out.column_names[3]  # _rowid, label, score, status
+    counts = {}
     for l, s in zip(out[col].to_pylist(), out[st].to_pylist()):
-        if l: run.labels[l] = run.labels.get(l, 0) + 1
-        else: run.reasons[s.split(':')[0]] = run.reasons.get(s.split(':')[0], 0) + 1
-    run.rows += out.num_rows
+        k = f'label:{l}' if l else 'reason:' + s.split(':')[0]
+        counts[k] = counts.get(k, 0) + 1
+    return counts
 
 # %% ../nbs/08a_classify.ipynb #5795054f
 def classify_table(table:str, # the Lance table
                    classifier, # a classifier (`make_classifier`, `MiniLMClassifier`, …)
-                   name:str, # the columns are label_<name>, label_<name>_score and label_<name>_status
+                   name:str=Classify.name, # the columns are label_<name>, label_<name>_score and label_<name>_status
                    *,
                    caption_column:str, # the caption column read
-                   where:str|None=None, # only rows where this SQL holds
-                   batch_size:int=1024, # captions per classifier call
-                   commit_rows:int=4096, # rows per write-back commit (what a kill can lose)
-                   retry_failed:bool=False, # also redo rows left without a label
-                   replace:bool=False, # drop the label columns and label every row again
+                   where:str|None=Classify.where, # only rows where this SQL holds
+                   batch_size:int=Classify.batch_size, # captions per classifier call
+                   commit_rows:int=Classify.commit_rows, # rows per write-back commit (what a kill can lose)
+                   retry_failed:bool=Classify.retry_failed, # also redo rows left without a label
+                   replace:bool=Classify.replace, # drop the label columns and label every row again
                    limit:int|None=None, # stop after this many rows
                    progress:bool=True, # show a progress bar
                   )->ClassifyRun:
-    "Label `table`'s usable rows that have no outcome yet, in place, from their `caption_column`."
+    "Label `table`'s usable rows that have no outcome yet, in place, from their `caption_column`: a column fill whose per-batch function is `LabelBatch`."
     import lance
-    col, _, st = label_columns(name)
+    cols = label_columns(name)
     ds = lance.dataset(table)
     if caption_column not in ds.schema.names or not pa.types.is_string(ds.schema.field(caption_column).type):
         have = [f.name for f in ds.schema if pa.types.is_string(f.type) and f.name.startswith('caption')]
@@ -481,152 +492,29 @@ def classify_table(table:str, # the Lance table
     meta = {k: str(v) for k, v in classifier.meta().items()} | dict(caption_column=caption_column,
                                                                    made_by='prx_nb.classify.classify_table')
     _ensure_label_columns(table, name, meta=meta, replace=replace)
-    filt = f"status = 'ok' AND ({st} IS NULL" + (f" OR {st} != 'ok')" if retry_failed else ')')
-    filt += f' AND ({where})' if where else ''
-    ds = lance.dataset(table)
-    todo = min(ds.count_rows(filt), limit or 1 << 62)
-    scan = ds.scanner(columns=[caption_column], filter=filt, with_row_id=True, batch_size=batch_size)
-    run, pending, t0 = ClassifyRun(col), [], time.perf_counter()
-    def flush():
-        if pending: run.version = write_back(table, pa.concat_tables(pending))
-        pending.clear()
-    with tqdm(total=todo, desc=col, unit='caption', disable=not progress) as bar:
-        for b in scan.to_batches():
-            if run.rows >= todo: break
-            out = _label_batch(pa.Table.from_batches([b]).slice(0, todo - run.rows), classifier, caption_column=caption_column, name=name)
-            pending.append(out)
-            _tally(run, out, name)
-            run.seconds = time.perf_counter() - t0
-            bar.update(out.num_rows)
-            bar.set_postfix(captions_s=f'{run.captions_per_s:.0f}')
-            if sum(p.num_rows for p in pending) >= commit_rows: flush()
-    flush()
-    run.seconds = time.perf_counter() - t0
-    run.version = run.version or lance.dataset(table).version
-    return run
-
-# %% ../nbs/08a_classify.ipynb #f9b21303
-@dataclass
-class TreeFilter:
-    "What `filter_tree` did."
-    column: str # the label column
-    labels: tuple # the labels made skip lists
-    min_score: float # the confidence a label needed
-    buckets: pd.DataFrame # per bucket: tier, samples, unlabelled, one column per label, skipped, share
-    unscored: int = 0 # samples with a label asked for but no confidence, kept because of `min_score`
-    @property
-    def skipped(self)->int: return int(self.buckets['skipped'].sum()) if len(self.buckets) else 0
-    @property
-    def samples(self)->int: return int(self.buckets['samples'].sum()) if len(self.buckets) else 0
-
-# %% ../nbs/08a_classify.ipynb #6f11058f
-def _flagged(table:str, column:str, *, labels:tuple, min_score:float)->tuple:
-    "(id → label to skip, ids unscored, ids without a label) from the Lance table."
-    import lance
-    ds = lance.dataset(table)
-    if column not in ds.schema.names:
-        have = [n for n in ds.schema.names if n.startswith('label_') and not n.endswith(('_score', '_status'))]
-        raise ValueError(f'{table} has no column {column!r}; label columns: {", ".join(have) or "none (run prx_classify)"}')
-    score = f'{column}_score' if f'{column}_score' in ds.schema.names else None
-    t = ds.to_table(columns=['id', column] + ([score] if score else []), filter=sql_in(column, list(labels)))
-    s = t[score].to_pylist() if score else [None] * t.num_rows
-    keep = [v is not None and v >= min_score or (v is None and min_score <= 0) for v in s]
-    flagged = {i: l for i, l, k in zip(t['id'].to_pylist(), t[column].to_pylist(), keep) if k}
-    unscored = {i for i, v in zip(t['id'].to_pylist(), s) if v is None and min_score > 0}
-    return flagged, unscored, set(ds.to_table(columns=['id'], filter=f'{column} IS NULL')['id'].to_pylist())
-
-# %% ../nbs/08a_classify.ipynb #efe87f6c
-def filter_tree(root:str|Path, # an MDS tree written from `table`
-                table:str, # the Lance table holding `label_column`
-                label_column:str, # e.g. label_kind
-                *,
-                labels=('text', 'nsfw'), # labels that become skip lists (each its own reason)
-                min_score:float=0.0, # a label skips a sample only with at least this confidence
-                progress:bool=True, # show a progress bar over the buckets
-               )->TreeFilter:
-    "Write one skip list per label over the tree `root`, replacing the previous lists of those reasons."
-    labels = tuple(map(check_label, labels))  # one label is enough here: each is a skip-list reason
-    if not 0 <= min_score <= 1: raise ValueError(f'min_score must be in [0, 1], got {min_score}')
-    flagged, unscored, unlabelled = _flagged(table, label_column, labels=labels, min_score=min_score)
-    fl_ids, fl_lab = pa.array(list(flagged), pa.string()), pa.array(list(flagged.values()), pa.string())
-    uns, unl = (pa.array(sorted(s), pa.string()) for s in (unscored, unlabelled))
-    count = lambda ids, of: pc.sum(pc.is_in(ids, value_set=of)).as_py() or 0
-    rows, made_by, n_unscored = [], 'prx_nb.classify.filter_tree', 0
-    for b in tqdm(list(iter_buckets(root)), desc='filter', unit='bucket', disable=not progress):
-        if problems := check_bucket(b): refuse_damaged(problems, 'filter')
-        man = pq.read_table(b / 'manifest.parquet', columns=['id', 'shard', 'index'])
-        at = pc.index_in(man['id'], value_set=fl_ids)  # only flagged samples reach Python
-        hit = man.filter(pc.is_valid(at)).append_column('label', fl_lab.take(at.drop_null()))
-        per = {l: {} for l in labels}
-        for s, i, l in zip(*(hit[c].to_pylist() for c in ('shard', 'index', 'label'))): per[l].setdefault(s, []).append(i)
-        for l in labels:
-            for shard in sorted(skip_shards(b, l) | set(per[l])):
-                set_skips(b, shard, l, indices=per[l].get(shard, []), made_by=made_by)
-        n = {l: sum(map(len, per[l].values())) for l in labels}
-        n_unscored += count(man['id'], uns)
-        rows.append(dict(tier=int(b.parent.name), bucket=bucket_key(b), samples=man.num_rows,
-                         unlabelled=count(man['id'], unl), **n, skipped=sum(n.values())))
-    df = pd.DataFrame(rows, columns=['tier', 'bucket', 'samples', 'unlabelled', *labels, 'skipped'])
-    df['share'] = (df.skipped / df.samples.clip(lower=1)).round(4)
-    return TreeFilter(label_column, labels, min_score=min_score, buckets=df, unscored=n_unscored)
+    todo = f"status = 'ok' AND ({cols[2]} IS NULL" + (f" OR {cols[2]} != 'ok')" if retry_failed else ')')
+    fill = Fill(LabelBatch(classifier, caption_column, name), cols, read_columns=(caption_column,),
+                dtype=[pa.string(), pa.float32(), pa.string()], todo=todo, batch_size=batch_size, commit_rows=commit_rows,
+                tally=_tally)
+    f = fill_column(table, fill, where=where or None, limit=limit, progress=progress)
+    return ClassifyRun(cols[0], rows=f.filled, seconds=f.seconds, version=f.version,
+                       labels={k[6:]: v for k, v in f.counts.items() if k.startswith('label:')},
+                       reasons={k[7:]: v for k, v in f.counts.items() if k.startswith('reason:')})
 
 # %% ../nbs/08a_classify.ipynb #a87445be
 @call_parse
+@with_options(Classify)
 def prx_classify(table:str=None, # Lance table path or URI (required)
-                 caption_column:str=None, # the caption column read (required)
-                 backend:str='minilm', # minilm (offline), openai (a server), transformers (a local model dir) or vllm (GPU)
-                 model:str=None, # LLM backends: the model's name on the server, or a local directory
-                 endpoint:str='http://127.0.0.1:8000/v1', # openai: the server's base URL
-                 column:str=None, # results go to label_<column>, label_<column>_score, label_<column>_status (required)
-                 labels:str='visual,text,nsfw', # comma-separated labels the answer is constrained to
-                 examples:str=None, # minilm: a CSV of caption,label[,split] to calibrate on (default: the shipped set)
-                 where:str=None, # only rows where this SQL holds
-                 batch_size:int=1024, # captions per classifier call
-                 commit_rows:int=4096, # rows per write-back commit (what a kill can lose)
-                 concurrency:int=32, # openai: requests in flight
-                 device:str='cpu', # transformers: cpu or cuda
-                 retry_failed:bool=False, # also redo rows left without a label
-                 replace:bool=False, # drop the label columns and label every row again
+                 column:str=None, # the same as --name
                  limit:int=None, # stop after this many rows
                  quiet:bool=False, # no progress bar
-                ):
+                 **options): # every option of `Classify` (prx_run's [classify]), as --flags
     "Label every usable row's caption as visual, text or nsfw (or your labels), in place and resumably."
-    if not (table and caption_column and column):
-        raise SystemExit('prx_classify: --table, --caption-column and --column are required')
-    try:
-        c = make_classifier(backend, model=model, endpoint=endpoint, labels=tuple(labels.split(',')), examples=examples,
-                            device=device, batch_size=min(batch_size, 32), concurrency=concurrency)
-        r = classify_table(table, c, column, caption_column=caption_column, where=where, batch_size=batch_size,
-                           commit_rows=commit_rows, retry_failed=retry_failed, replace=replace, limit=limit,
-                           progress=not quiet)
+    try: o = Classify.build(options | (dict(name=column) if column else {}), 'prx_classify')
+    except ValueError as e: raise SystemExit(str(e)) from None
+    if not (table and o.caption_column):
+        raise SystemExit('prx_classify: --table and --caption-column are required')
+    try: r = o.classify(table, limit=limit, progress=not quiet)
     except (CaptionerError, ValueError, FileNotFoundError) as e: raise SystemExit(f'prx_classify: {e}') from None
     print(f'{r.rows:,} rows labelled into {r.column} of {table} (version {r.version}) in {r.seconds:.1f} s '
           f'({r.captions_per_s:,.0f} captions/s): {r.labels}' + (f'; no label: {r.reasons}' if r.reasons else ''))
-
-# %% ../nbs/08a_classify.ipynb #35b86bc1
-@call_parse
-def prx_filter(table:str=None, # the Lance table holding the labels (required)
-               mds:str=None, # root of the MDS tree written from it (required)
-               label_column:str=None, # the label column, e.g. label_kind (required)
-               labels:str='text,nsfw', # comma-separated labels that become skip lists
-               min_score:float=0.0, # a label skips a sample only with at least this confidence
-               quiet:bool=False, # no progress bar
-              ):
-    "Write one skip list per label over an MDS tree (reason = the label), replacing those reasons' previous lists."
-    if not (table and mds and label_column):
-        raise SystemExit('prx_filter: --table, --mds and --label-column are required')
-    try: found = any(iter_buckets(mds))
-    except ValueError as e: raise SystemExit(f'prx_filter: {e}') from None
-    if not found:
-        raise SystemExit(f'prx_filter: no MDS buckets under {mds} (expected {mds}/<tier>/<WxH>/manifest.parquet)')
-    try: f = filter_tree(mds, table, label_column, labels=labels.split(','), min_score=min_score, progress=not quiet)
-    except ValueError as e: raise SystemExit(f'prx_filter: {e}') from None
-    print(f.buckets.to_string(index=False))
-    tiers = f.buckets.groupby('tier')[['samples', 'skipped']].sum()
-    tiers['share'] = (tiers.skipped / tiers.samples.clip(lower=1)).round(4)
-    print(tiers.to_string())
-    print(f"{f.skipped:,} of {f.samples:,} samples skipped as {', '.join(f.labels)}"
-          + (f' (confidence >= {min_score})' if min_score else '') + '; '
-          + (f'{f.unscored:,} labelled without a confidence kept; ' if f.unscored else '')
-          + f"{int(f.buckets.unlabelled.sum()):,} samples without a label kept. "
-          f"Train without a filter: tree_dataset(..., reasons=[...]) leaving its label out")

@@ -10,8 +10,8 @@ from fastcore.basics import patch
 from PIL import Image, ImageOps
 
 # %% auto #0
-__all__ = ['STATUS', 'SUPPORTED_FORMATS', 'SUPPORTED_MODES', 'MAX_PIXELS', 'call_parse', 'run_script', 'script_exit', 'Engine',
-           'as_engine', 'tiny_image', 'with_orientation', 'ImageInfo', 'probe_image', 'open_rgb']
+__all__ = ['STATUS', 'SUPPORTED_FORMATS', 'SUPPORTED_MODES', 'MAX_PIXELS', 'call_parse', 'Engine', 'as_engine',
+           'with_orientation', 'ImageInfo', 'probe_image', 'open_rgb']
 
 # %% ../nbs/00_core.ipynb #31984678
 STATUS = {
@@ -55,26 +55,6 @@ def call_parse(func):
         return contextvars.Context().run(inner)
     return _f
 
-# %% ../nbs/00_core.ipynb #82b43d79
-def run_script(f, # a console script (a `call_parse` function)
-               *args, # its command line
-              )->str:
-    "What the console script `f` prints when run on the command line `args`."
-    import io, sys
-    from contextlib import redirect_stdout
-    from unittest import mock
-    with mock.patch.object(sys, 'argv', [f.__name__, *map(str, args)]), redirect_stdout(io.StringIO()) as out: f()
-    return out.getvalue()
-
-# %% ../nbs/00_core.ipynb #27d5b112
-def script_exit(f, # a console script (a `call_parse` function)
-                *args, # its command line
-               )->str:
-    "The message the console script `f` exits with on the command line `args`."
-    try: run_script(f, *args)
-    except SystemExit as e: return str(e)
-    raise AssertionError(f'{f.__name__} {" ".join(map(str, args))} did not exit')
-
 # %% ../nbs/00_core.ipynb #78075510
 @dataclass(frozen=True)
 class Engine:
@@ -109,23 +89,6 @@ def start(self:Engine):
         ray.init(address=self.address, num_cpus=None if self.address else self.workers,
                  include_dashboard=False, log_to_driver=False)
     return ray
-
-# %% ../nbs/00_core.ipynb #a5fd2e73
-def tiny_image(w:int=64, # width in pixels
-               h:int=48, # height in pixels
-               fmt:str='JPEG', # any Pillow format name
-               *,
-               mode:str='RGB', # Pillow mode to save in
-               **save_kw)->bytes:
-    "A deterministic `w`×`h` gradient encoded as `fmt`."
-    import numpy as np
-    y, x = np.mgrid[0:h, 0:w]
-    rgb = np.stack([x * 255 // max(w - 1, 1), y * 255 // max(h - 1, 1), (x + y) % 256], -1).astype('uint8')
-    im = Image.fromarray(rgb, 'RGB')
-    if mode != 'RGB': im = im.convert(mode)
-    buf = io.BytesIO()
-    im.save(buf, fmt, **save_kw)
-    return buf.getvalue()
 
 # %% ../nbs/00_core.ipynb #0af7a7f5
 def with_orientation(data:bytes, # an encoded image

@@ -6,17 +6,19 @@
 from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import ClassVar
 from itertools import combinations
 from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from .core import call_parse
 from .phash import phash, hamming, add_phash
-from .mds import iter_bucket, iter_buckets, bucket_key, read_optouts, check_bucket, refuse_damaged, sweep_tmp
-from .skips import set_skips, skip_shards
+from .tree import iter_buckets, bucket_key, check_bucket, refuse_damaged, sweep_tmp, read_optouts, set_skips, skip_shards
+from .mds import iter_bucket
+from .stage import Stage, StageRun, RunContext, opt, with_options
 
 # %% auto #0
-__all__ = ['keep_best', 'near_pairs', 'dedup_keep', 'TreeDedup', 'tree_fingerprints', 'dedup_tree', 'prx_dedup']
+__all__ = ['keep_best', 'near_pairs', 'dedup_keep', 'TreeDedup', 'tree_fingerprints', 'Dedup', 'dedup_tree', 'prx_dedup']
 
 # %% ../nbs/08_dedup.ipynb #44d722d1
 def _best_first(pixels, nbytes, rank)->list:
@@ -166,10 +168,29 @@ def tree_fingerprints(root:str|Path, # the MDS tree
     if not parts: return pa.table({'id': pa.array([], pa.string())}), 0, {}
     return pa.concat_tables(parts), computed, missing
 
+# %% ../nbs/08_dedup.ipynb #c8c9d0e1
+@dataclass
+class Dedup(Stage):
+    "One kept sample per perceptual hash across the tree: the options of `prx_run`'s [dedup], `prx_dedup` and `dedup_tree`."
+    section: ClassVar[str] = 'dedup'
+    enabled: bool = opt(True, 'one kept sample per perceptual hash across the tree, the rest as dedup skip lists')
+    radius: int = opt(0, "0: equal fingerprints only (the post's choice); r > 0: also within r bits")
+
+    def check(self, bad):
+        if self.radius < 0: bad('dedup.radius', 'must be >= 0')
+
+    def run(self, ctx:RunContext)->StageRun:
+        "The [dedup] stage of a run, over its tree, taking missing fingerprints from its table."
+        r = dedup_tree(ctx.mds, radius=self.radius, table=ctx.table, progress=ctx.progress)
+        tiers = Counter()
+        for k, n in r.skipped.items(): tiers[k.split('/')[0]] += int(n)
+        return StageRun('dedup', 'ran', rows_in=r.samples, rows_out=r.samples - r.total_skipped, reasons=dict(dedup=r.total_skipped),
+                        outputs=dict(skipped_per_tier=dict(tiers), groups=r.groups, without_fingerprint=len(r.no_fingerprint)))
+
 # %% ../nbs/08_dedup.ipynb #1cf1137a
 def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
                *,
-               radius:int=0, # 0: equal fingerprints (the post's choice); r > 0: also within r bits
+               radius:int=Dedup.radius, # 0: equal fingerprints (the post's choice); r > 0: also within r bits
                table:str|None=None, # Lance table to take missing fingerprints from (default: the samples)
                progress:bool=True, # show a progress bar over the buckets
               )->TreeDedup:
@@ -203,11 +224,11 @@ def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
 
 # %% ../nbs/08_dedup.ipynb #d5cc507f
 @call_parse
+@with_options(Dedup)
 def prx_dedup(mds:str=None, # root of an MDS tree written by prx_nb (required)
-              radius:int=0, # 0: equal fingerprints only (the post's choice); r > 0: also within r bits
               table:str=None, # Lance table to take missing fingerprints from (default: the stored samples)
               quiet:bool=False, # no progress bar
-             ):
+              **options): # every option of `Dedup` (prx_run's [dedup]), as --flags
     "Keep one sample per perceptual hash across an MDS tree; skip the rest."
     if not mds: raise SystemExit('prx_dedup: --mds is required')
     try: found = any(iter_buckets(mds))
@@ -215,7 +236,9 @@ def prx_dedup(mds:str=None, # root of an MDS tree written by prx_nb (required)
     if not found:
         raise SystemExit(f'prx_dedup: no MDS buckets under {mds} '
                          f'(expected {mds}/<tier>/<WxH>/manifest.parquet)')
-    try: r = dedup_tree(mds, radius=radius, table=table, progress=not quiet)
+    try:
+        radius = Dedup.build(options, 'prx_dedup').radius
+        r = dedup_tree(mds, radius=radius, table=table, progress=not quiet)
     except ValueError as e: raise SystemExit(f'prx_dedup: {e}') from None
     for b, n in r.skipped.items(): print(f'{b:>16}  {n:>7,} skipped as dedup')
     tiers = Counter()

@@ -15,7 +15,7 @@ from .core import open_rgb
 # %% auto #0
 __all__ = ['OFFLINE_INCEPTION', 'Embedded', 'center_crop_array', 'EfficientNetEmbedder', 'imagenet_classes', 'ImageNetTagger',
            'MiniLM', 'shared_minilm', 'offline_inception_path', 'register_offline_inception', 'InceptionEmbedder',
-           'HFEmbedder', 'tiny_hf_checkpoint']
+           'HFEmbedder']
 
 # %% ../nbs/00a_embed.ipynb #8b7bb459
 @dataclass
@@ -291,28 +291,3 @@ class HFEmbedder:
                 f = self.torch.nn.functional.normalize(self._features(px).float(), dim=1)
             out[chunk] = f.cpu().numpy()
         return Embedded(out, [r for _, r in decoded])
-
-# %% ../nbs/00a_embed.ipynb #bef9f656
-def tiny_hf_checkpoint(path:str|Path, # the folder to write (created)
-                       kind:str='clip', # 'clip' or 'dinov2'
-                       *,
-                       width:int=16, # hidden size (CLIP's projection is half of it)
-                       seed:int=0, # weight initialisation seed
-                      )->Path:
-    "A tiny random-weight CLIP or DINOv2 checkpoint at `path`."
-    import torch
-    from transformers import (BitImageProcessor, CLIPConfig, CLIPImageProcessor, CLIPModel, Dinov2Config,
-                              Dinov2Model)
-    if kind not in ('clip', 'dinov2'): raise ValueError(f"kind must be 'clip' or 'dinov2', not {kind!r}")
-    torch.manual_seed(seed)
-    tiny = dict(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=1, num_attention_heads=2)
-    crop = dict(size={'shortest_edge': 32}, crop_size={'height': 32, 'width': 32})
-    if kind == 'clip':
-        cfg = CLIPConfig(text_config=dict(tiny, vocab_size=100), vision_config=dict(tiny, image_size=32, patch_size=8),
-                         projection_dim=width // 2)
-        CLIPModel(cfg).save_pretrained(path)
-        CLIPImageProcessor(**crop).save_pretrained(path)
-    else:
-        Dinov2Model(Dinov2Config(**tiny, image_size=32, patch_size=8)).save_pretrained(path)
-        BitImageProcessor(**crop).save_pretrained(path)
-    return Path(path)

@@ -5,18 +5,21 @@
 # %% ../nbs/04_explore.ipynb #00b46714
 from __future__ import annotations
 import functools, hashlib, html, re, threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 import numpy as np, pandas as pd, pyarrow as pa
 from fastcore.basics import patch
 from .core import call_parse, open_rgb
 from .embed import ImageNetTagger, MiniLM, shared_minilm
-from .table import open_table, fill_column, image_bytes, sql_str
+from .table import open_table, fill_column, Fill, image_bytes, sql_str
 from .bucket import TIERS, AR_RANGE, tier_floor
+from .stage import Stage, StageRun, RunContext, opt
 
 # %% auto #0
-__all__ = ['SHOW', 'add_tags', 'add_image_embeddings', 'add_caption_embeddings', 'text_columns', 'vector_columns', 'index_status',
-           'index_table', 'parse_query', 'default_caption', 'search', 'Thumbnails', 'thumbs', 'tier_sql', 'Browser',
-           'prx_index', 'prx_search']
+__all__ = ['BROWSER_COLUMNS', 'add_tags', 'add_image_embeddings', 'add_caption_embeddings', 'text_columns', 'vector_columns',
+           'index_status', 'index_table', 'Explore', 'parse_query', 'default_caption', 'search', 'Thumbnails', 'thumbs',
+           'tier_sql', 'Browser', 'prx_index', 'prx_search']
 
 # %% ../nbs/04_explore.ipynb #379bc09c
 def _row_bytes(batch:pa.RecordBatch)->list:
@@ -32,8 +35,8 @@ def add_tags(table:str, # the Lance table
             ):
     "Fill `column` with ImageNet tags where it is null."
     tagger = ImageNetTagger(k)
-    return fill_column(table, column, lambda b: tagger(_row_bytes(b)), read_columns=['image', 'uri'],
-                       dtype=pa.string(), where=where, batch_size=64, progress=progress)
+    fill = Fill(lambda b: tagger(_row_bytes(b)), column, read_columns=('image', 'uri'), dtype=pa.string(), batch_size=64)
+    return fill_column(table, fill, where=where, progress=progress)
 
 # %% ../nbs/04_explore.ipynb #76a0e338
 def add_image_embeddings(table:str, # the Lance table
@@ -57,8 +60,8 @@ def add_image_embeddings(table:str, # the Lance table
     if dim != embedder.dim:
         raise ValueError(f'{table}: column {column} holds {dim}-d vectors and {embedder.name} makes '
                          f'{embedder.dim}-d ones; give another column name')
-    return fill_column(table, column, fn, read_columns=['image', 'uri'], dtype=pa.list_(pa.float32(), dim),
-                       where=where, batch_size=64, progress=progress)
+    fill = Fill(fn, column, read_columns=('image', 'uri'), dtype=pa.list_(pa.float32(), dim), batch_size=64)
+    return fill_column(table, fill, where=where, progress=progress)
 
 # %% ../nbs/04_explore.ipynb #f974b765
 def add_caption_embeddings(table:str, # the Lance table
@@ -70,9 +73,8 @@ def add_caption_embeddings(table:str, # the Lance table
     "Fill `column` with MiniLM embeddings of `caption`."
     st = MiniLM()
     fn = lambda b: pa.array(list(st(b.column(caption).to_pylist())), pa.list_(pa.float32(), st.dim))
-    return fill_column(table, column or f'{caption}_minilm', fn, read_columns=[caption],
-                       dtype=pa.list_(pa.float32(), st.dim), where=f'{caption} IS NOT NULL',
-                       progress=progress)
+    fill = Fill(fn, column or f'{caption}_minilm', read_columns=(caption,), dtype=pa.list_(pa.float32(), st.dim))
+    return fill_column(table, fill, where=f'{caption} IS NOT NULL', progress=progress)
 
 # %% ../nbs/04_explore.ipynb #ef49983d
 def text_columns(ds)->list:
@@ -131,8 +133,24 @@ def index_table(table:str, # the Lance table
     if stale: ds.optimize.optimize_indices(index_names=stale)
     return index_status(table)
 
+# %% ../nbs/04_explore.ipynb #c5f6a7b8
+@dataclass
+class Explore(Stage):
+    "ImageNet tags, image embeddings and the search indices: `prx_run`'s [explore]."
+    section: ClassVar[str] = 'explore'
+    enabled: bool = opt(False, 'ImageNet tags (caption_tags), image embeddings and search indices')
+
+    def key(self, ctx:RunContext)->list: return []
+
+    def run(self, ctx:RunContext)->StageRun:
+        "Tags, embeddings and indices for the table."
+        t = add_tags(ctx.table, progress=ctx.progress)
+        add_image_embeddings(ctx.table, progress=ctx.progress)
+        index_table(ctx.table)
+        return StageRun('explore', 'ran', rows_in=t.filled, rows_out=t.filled, outputs=dict(tags='caption_tags', indexed=True))
+
 # %% ../nbs/04_explore.ipynb #2052e08c
-SHOW = ['id', 'source', 'status', 'width', 'height']
+BROWSER_COLUMNS = ['id', 'source', 'status', 'width', 'height']
 
 def _and(*conds)->str|None:
     "`conds` joined by SQL AND, empty ones left out (None if none)."
@@ -431,7 +449,8 @@ def refresh(self:Browser):
     self.searches += 1
     try:
         r = search(self.table, text=self.query.value or None, where=self.where(), k=self.page_size + 1,
-                   offset=self.page * self.page_size, caption=self.caption, columns=SHOW + [self.caption])
+                   offset=self.page * self.page_size, caption=self.caption,
+                   columns=BROWSER_COLUMNS + [self.caption])
     except ValueError as e:
         self.message.value = f"<span style='color:#a00'>{html.escape(str(e))}</span>"
         return
@@ -449,7 +468,7 @@ def show_neighbours(self:Browser, id:str):
     "Show the visual neighbours of row `id`, under the same filters."
     try:
         r = search(self.table, like=id, where=self.where(), k=self.k_neighbours, caption=self.caption,
-                   columns=SHOW + [self.caption])
+                   columns=BROWSER_COLUMNS + [self.caption])
     except ValueError as e:
         self.neighbour_title.value = f"<span style='color:#a00'>{html.escape(str(e))}</span>"
         self.neighbour_grid.children = []
@@ -484,7 +503,7 @@ def prx_search(table:str=None, # the Lance table (required)
     "Search a table by text, likeness or meaning."
     if not table: raise SystemExit('prx_search: give the table: prx_search --table PATH --text QUERY')
     try:
-        cols = SHOW + [caption or default_caption(open_table(table))]
+        cols = BROWSER_COLUMNS + [caption or default_caption(open_table(table))]
         r = search(table, text=text, like=like, semantic=semantic, where=where, k=k, caption=caption,
                    columns=cols)
     except (ValueError, KeyError) as e: raise SystemExit(f'prx_search: {e}')

@@ -4,21 +4,23 @@
 
 # %% ../nbs/01_ingest.ipynb #0ca75166
 from __future__ import annotations
-import errno, json, warnings
+import errno, hashlib, json, os, warnings
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, asdict
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, ClassVar
+from fastcore.basics import patch
 import pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from fastcore.script import Param
 from tqdm.auto import tqdm
 from .core import probe_image, MAX_PIXELS, call_parse, Engine, as_engine
 from .table import open_table, write_back, check_fragments, add_columns
-from .sources import Source, Task, parse_source, plan_source, read_items
+from .sources import Source, Task, parse_source, plan_source, read_items, source_files
+from .stage import Stage, StageRun, RunContext, opt, with_options
 
 # %% auto #0
 __all__ = ['SCHEMA', 'META_COLUMNS', 'make_row', 'read_task', 'DiskFullError', 'existing_ids', 'existing_rows', 'EmbeddingsJoin',
-           'IngestSummary', 'ingest', 'attach_embeddings', 'print_summary', 'prx_ingest']
+           'IngestSummary', 'Ingest', 'ingest', 'attach_embeddings', 'print_summary', 'prx_ingest', 'sources_digest']
 
 # %% ../nbs/01_ingest.ipynb #b7381373
 SCHEMA = pa.schema([
@@ -269,18 +271,31 @@ def _write(table:str, ds, *, tasks:list, summary:IngestSummary, engine, rows_per
         summary.already_present = sum(i in present for i in skipped)
         summary.duplicate_keys = len(skipped) - summary.already_present
 
+# %% ../nbs/01_ingest.ipynb #c2b3d4e5
+@dataclass
+class Ingest(Stage):
+    "Read image sources into the Lance table: the options of `prx_run`'s [ingest], `prx_ingest` and `ingest`."
+    section: ClassVar[str] = 'ingest'
+    sources: list = opt([], 'source specs, as prx_ingest takes them: [NAME=]folder:DIR, parquet:GLOB, wds:TARS, meta:TABLE, hf:DIR')
+    embeddings: str = opt('', 'a Parquet side table of id + embedding to join (empty: none)')
+    caption_column: str = opt('', "read every source's captions from this field (empty: each layout's rule)")
+    retry_failed: bool = opt(False, 're-read rows that failed even when their bytes did not change')
+    rows_per_fragment: int = opt(1 << 20, 'most rows per Lance fragment')
+    commit_rows: int = opt(100_000, 'rows per commit (a killed run loses at most this much reading)')
+    max_pixels: int = opt(MAX_PIXELS, 'refuse images declaring more pixels (decompression-bomb guard)')
+
 # %% ../nbs/01_ingest.ipynb #45f56ad5
 def ingest(table:str|Path, # path or URI of the Lance table (created if missing)
            sources:list, # source specs (`[NAME=]KIND:PATH`) or `Source`s
            *,
-           embeddings:str|None=None, # Parquet side table with `id` and `embedding` to join
-           rows_per_fragment:int=1 << 20, # most rows per Lance fragment
-           commit_rows:int=100_000, # rows per commit (single-process path)
-           max_pixels:int=MAX_PIXELS, # decompression-bomb guard
+           embeddings:str|None=Ingest.embeddings, # Parquet side table with `id` and `embedding` to join
+           rows_per_fragment:int=Ingest.rows_per_fragment, # most rows per Lance fragment
+           commit_rows:int=Ingest.commit_rows, # rows per commit (single-process path)
+           max_pixels:int=Ingest.max_pixels, # decompression-bomb guard
            engine:Engine|str='local', # where it runs: 'local', 'ray' or an `Engine`
            ray_rows_per_write:int=4096, # Ray: rows a worker gathers before writing a fragment
-           caption_column:str|None=None, # read every source's captions from this field (see `caption_rule`)
-           retry_failed:bool=False, # re-probe rows that are not `ok` even when their bytes did not change
+           caption_column:str|None=Ingest.caption_column, # read every source's captions from this field (see `caption_rule`)
+           retry_failed:bool=Ingest.retry_failed, # re-probe rows that are not `ok` even when their bytes did not change
            progress:bool=True, # show a progress bar
           )->IngestSummary:
     "Ingest `sources` into `table`, reading only new ids (and failed rows whose bytes changed)"
@@ -379,25 +394,66 @@ _SOURCES = Param('source specs: [NAME=]KIND:PATH, KIND one of folder:DIR, parque
                  'wds:TAR|GLOB|{a..b}|DIR, meta:TABLE, hf:SAVE_TO_DISK_DIR', str, nargs='+')
 
 @call_parse
+@with_options(Ingest)
 def prx_ingest(sources:_SOURCES,
                table:str=None, # Lance table path or URI (required)
-               embeddings:str=None, # Parquet side table with `id` and `embedding` columns to join
-               rows_per_fragment:int=1 << 20, # most rows per Lance fragment
-               commit_rows:int=100_000, # rows per commit (a killed run loses at most this much reading)
-               max_pixels:int=MAX_PIXELS, # refuse images declaring more pixels (decompression-bomb guard)
                ray:bool=False, # run on Ray Data (a local Ray unless --ray-address)
                ray_address:str=None, # address of a Ray cluster
                workers:int=None, # CPUs of a local Ray (default: all)
-               caption_column:str=None, # read captions from this column / member / sidecar (json.caption: a field)
-               retry_failed:bool=False, # re-probe rows that are not ok even when their bytes did not change
                quiet:bool=False, # no progress bar
-              ):
+               **options): # every option of `Ingest` (prx_run's [ingest]), as --flags
     "Ingest image sources into one Lance table (header facts and a status per image)."
     if not table: raise SystemExit('prx_ingest: --table is required')
     try:
+        o = Ingest.build(options, 'prx_ingest')
         engine = Engine('ray', ray_address, workers) if ray else Engine()
-        s = ingest(table, sources, embeddings=embeddings, rows_per_fragment=rows_per_fragment,
-                   commit_rows=commit_rows, max_pixels=max_pixels, engine=engine, caption_column=caption_column,
-                   retry_failed=retry_failed, progress=not quiet)
+        s = ingest(table, sources, embeddings=o.embeddings or None, rows_per_fragment=o.rows_per_fragment,
+                   commit_rows=o.commit_rows, max_pixels=o.max_pixels, engine=engine, caption_column=o.caption_column or None,
+                   retry_failed=o.retry_failed, progress=not quiet)
     except (ValueError, DiskFullError) as e: raise SystemExit(f'prx_ingest: {e}') from None
     print_summary(s)
+
+# %% ../nbs/01_ingest.ipynb #c2b3d4e6
+def sources_digest(sources:list, # source specs
+                  )->str:
+    "A digest of what the sources hold now: every matched file's name, size and modification time."
+    seen = []
+    for spec in sources:
+        src = parse_source(spec)
+        if '://' in src.path: seen.append(spec); continue  # remote: named, not listed
+        if src.kind == 'folder': files = [str(f) for f in Path(src.path).rglob('*') if f.is_file()]
+        else:
+            try: files = source_files(src)[0]
+            except ValueError as e: seen.append((spec, str(e))); continue
+        seen.append((spec, [(f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in sorted(files)]))
+    return hashlib.sha1(json.dumps([seen], sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+@patch
+def check(self:Ingest, bad):
+    "At least one source, each one that parses, and no local folder without a file."
+    if not self.sources: bad('ingest.sources', 'is empty: name at least one source ([NAME=]KIND:PATH)')
+    for s in self.sources:
+        try: src = parse_source(s)
+        except ValueError as e: bad('ingest.sources', f'has {s!r}: {e}')
+        if src.kind == 'folder' and not any(f.is_file() for f in Path(src.path).rglob('*')):
+            bad('ingest.sources', f'has {s!r}: the folder {src.path} holds no file')
+
+@patch
+def key(self:Ingest, ctx:RunContext)->list:
+    "Its options, and what the sources hold now (a changed source is read again)."
+    return [asdict(self), sources_digest(self.sources)]
+
+@patch
+def run(self:Ingest, ctx:RunContext)->StageRun:
+    "The [ingest] stage of a run."
+    import lance
+    s = ingest(ctx.table, self.sources, embeddings=self.embeddings or None, caption_column=self.caption_column or None,
+               retry_failed=self.retry_failed, rows_per_fragment=self.rows_per_fragment, commit_rows=self.commit_rows,
+               max_pixels=self.max_pixels, engine=ctx.engine, progress=ctx.progress)
+    bad = Counter()
+    for (src, status), n in s.added.items():
+        if status != 'ok': bad[status] += n
+    ds = lance.dataset(ctx.table)
+    return StageRun('ingest', 'ran', rows_in=s.n_added, rows_out=s.n_added - sum(bad.values()), reasons=dict(bad), version=s.version,
+                    outputs=dict(table=ctx.table, rows=ds.count_rows(), ok=ds.count_rows("status = 'ok'"),
+                                 version=s.version, fragments=s.fragments, left_out_files=len(s.left_out)))

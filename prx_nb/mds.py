@@ -4,25 +4,26 @@
 
 # %% ../nbs/07_mds.ipynb #93387f61
 from __future__ import annotations
-import contextlib, fcntl, json, os, re, shutil, socket, sys, time
+import json, os, shutil, socket, sys, time
 from collections import Counter
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass, field, asdict
+from typing import ClassVar
 from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq  # Lance is imported where a table is read: streaming needs none
 from tqdm.auto import tqdm
 from .core import call_parse, Engine, as_engine
 from .table import sql_in, image_bytes
-from .bucket import Bucketer
+from .bucket import Bucketer, TIERS, MAX_UPSCALE
+from .stage import Stage, StageRun, RunContext, opt, with_options
+from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, read_whole, sweep_tmp, skips_by_id,
+                   write_skips_by_id, abs_table, read_ledger, tree_table, read_optouts, write_optout_record)
 
 # %% auto #0
-__all__ = ['MDS_COLUMNS', 'LEGACY_COLUMNS', 'OPTOUT', 'SKIP_RECORD', 'caption_fields', 'sample_columns', 'raw_images',
-           'as_image_sample', 'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'file_sha1',
-           'shard_header_problem', 'empty_bucket', 'check_bucket', 'refuse_damaged', 'abs_table', 'write_bucket',
-           'read_whole', 'read_id_column', 'ledger_path', 'read_ledger', 'resolve_table', 'recorded_table',
-           'tree_table', 'read_optouts', 'sweep_tmp', 'clean_leftovers', 'write_record', 'MDSWrite', 'write_mds',
-           'iter_bucket', 'bucket_columns', 'iter_buckets', 'bucket_key', 'skip_path', 'skip_files', 'read_sidecar',
-           'file_lock', 'recorded_sidecars', 'missing_sidecars', 'refuse_missing', 'write_sidecar', 'remove_sidecar',
-           'copy_bucket', 'migrate_bucket', 'migrate_tree', 'prx_migrate_mds', 'prx_write_mds']
+__all__ = ['MDS_COLUMNS', 'LEGACY_COLUMNS', 'caption_fields', 'sample_columns', 'raw_images', 'as_image_sample', 'plan_buckets',
+           'write_part', 'BucketWrite', 'merge_parts', 'write_bucket', 'clean_leftovers', 'MDSWrite', 'WriteMDS',
+           'sql_problem', 'write_mds', 'iter_bucket', 'bucket_columns', 'copy_bucket', 'migrate_bucket', 'migrate_tree',
+           'prx_migrate_mds', 'prx_write_mds']
 
 # %% ../nbs/07_mds.ipynb #67faddf4
 MDS_COLUMNS = {'image': 'jpeg', 'caption': 'str', 'width': 'int32', 'height': 'int32',
@@ -249,7 +250,7 @@ def merge_parts(parts:list, # finished part folders, in sample order
         (tmp / 'index.json').write_text(json.dumps(dict(version=2, shards=shards), sort_keys=True))
     pq.write_table(man, tmp / 'manifest.parquet')
     pq.write_table(rej, tmp / 'rejected.parquet')
-    if skips: _put_skips(tmp, man, skips)
+    if skips: write_skips_by_id(tmp, man, skips)
     res = BucketWrite(meta['bucket'], written=man.num_rows, rejected=Counter(rej['status'].to_pylist()),
                       shards=len(shards))
     writers = sorted({w for p in parts for w in _writers(p)})
@@ -261,75 +262,6 @@ def merge_parts(parts:list, # finished part folders, in sample order
     tmp.rename(final)
     return res
 
-# %% ../nbs/07_mds.ipynb #c0ffee11
-def file_sha1(p:Path, # a file
-             )->str:
-    "The SHA-1 of the file `p`, hex, read in 4 MiB blocks"
-    import hashlib
-    h = hashlib.sha1()
-    with open(p, 'rb') as f:
-        while b := f.read(1 << 22): h.update(b)
-    return h.hexdigest()
-
-def shard_header_problem(p:Path, # an MDS shard file (raw, uncompressed)
-                         samples:int, # the samples its `index.json` entry gives
-                        )->str|None:
-    "What is wrong with the shard's header (sample count, offset table), or None; reads only the header, 4 bytes a sample"
-    size = p.stat().st_size
-    with open(p, 'rb') as f: head = f.read(4 * (samples + 2))
-    if len(head) < 4 * (samples + 2): return f'{size:,} bytes: too short for the header of {samples} samples'
-    n, off = int(np.frombuffer(head[:4], np.uint32)[0]), np.frombuffer(head[4:], np.uint32).astype(np.int64)
-    if n != samples: return f'its header says {n} samples, index.json {samples} (damaged bytes)'
-    if off[0] < len(head) or (np.diff(off) < 0).any() or off[-1] != size:
-        return f'its offset table is damaged (offsets {int(off[0])}..{int(off[-1])} in a file of {size:,} bytes)'
-    return None
-
-def empty_bucket(b:Path, # a bucket folder
-               )->bool:
-    "A finished bucket that holds no sample (every planned row rejected): nothing to read, check or stream."
-    if (b / 'index.json').exists(): return False
-    try: return json.loads((b / 'bucket.json').read_text()).get('samples') == 0
-    except ValueError: return False
-
-def check_bucket(bucket:str|Path, # a bucket folder
-                 hashes:bool=False, # also read every shard and compare its SHA-1 with the one `index.json` records
-                )->list:
-    "(file, problem) for each problem of a finished bucket folder; empty when it is sound."
-    b, out = Path(bucket), []
-    def bad(p, why): out.append((p, why))
-    try: meta = json.loads((b / 'bucket.json').read_text())
-    except FileNotFoundError: bad(b / 'bucket.json', 'missing: the bucket is not finished'); meta = None
-    except ValueError as e: bad(b / 'bucket.json', f'cannot be read ({e})'); meta = None
-    if meta is not None and empty_bucket(b): return out  # every planned row rejected: sound, nothing to check
-    try:
-        shards = json.loads((b / 'index.json').read_text())['shards']
-        if not isinstance(shards, list): raise ValueError('shards is not a list')
-    except FileNotFoundError: bad(b / 'index.json', 'missing: the shards cannot be read'); return out
-    except (ValueError, KeyError, TypeError) as e: bad(b / 'index.json', f'cannot be read ({type(e).__name__}: {e})'); return out
-    total = 0
-    for s in shards:
-        raw = s['raw_data']; p = b / raw['basename']; total += s['samples']
-        if not p.exists(): bad(p, 'missing (index.json lists it)'); continue
-        if (n := p.stat().st_size) != raw['bytes']: bad(p, f'{n:,} bytes, index.json says {raw["bytes"]:,} (truncated or replaced)'); continue
-        if why := shard_header_problem(p, s['samples']): bad(p, why); continue
-        if hashes and (want := (raw.get('hashes') or {}).get('sha1')) and file_sha1(p) != want:
-            bad(p, 'SHA-1 differs from the one index.json records: its bytes changed')
-    if meta is not None and meta.get('samples', total) != total:
-        bad(b / 'bucket.json', f'says {meta.get("samples")} samples, index.json holds {total}')
-    try:
-        if (n := pq.ParquetFile(b / 'manifest.parquet').metadata.num_rows) != total:
-            bad(b / 'manifest.parquet', f'{n} rows for {total} samples in index.json')
-    except FileNotFoundError: bad(b / 'manifest.parquet', 'missing: its samples cannot be told apart (ids, opt-outs)')
-    except Exception as e: bad(b / 'manifest.parquet', f'cannot be read ({type(e).__name__}: {e})')
-    return out
-
-def refuse_damaged(problems:list, what:str):
-    "Raise the `ValueError` a tool stops with: the first problem, how many there are, what to do."
-    (p, why), more = problems[0], len(problems) - 1
-    raise ValueError(f'{p}: {why}' + (f' (and {more} more problem(s))' if more else '') +
-                     f'; {what} stops here: run `prx_check --mds ROOT` for the whole list, then restore the files '
-                     'or delete the bucket folder so that it is written again')
-
 # %% ../nbs/07_mds.ipynb #3d7d07d5
 def _complete(final:Path)->BucketWrite|None:
     "What a finished bucket folder holds, or None when it is not finished; `ValueError` when it is damaged."
@@ -340,12 +272,6 @@ def _complete(final:Path)->BucketWrite|None:
                        shards=m['shards'], skipped_complete=True)
 
 def _chunks(rows:pa.Table, n:int)->list: return [rows.slice(i, n) for i in range(0, len(rows), n)] or [rows]
-
-def abs_table(table:str|Path|None, # a Lance table: a local path (relative to the working folder) or a URI
-             )->str|None:
-    "`table` as trees record it: a local path made absolute, a URI as it is"
-    if not table or '://' in str(table): return str(table) if table else None
-    return os.path.abspath(str(table))
 
 def _bucket_meta(ds, key:str, *, bucketer:Bucketer, caption_column:str, shard_bytes:int)->dict:
     return dict(made_by='prx_nb.mds.write_bucket', bucket=key, table=abs_table(ds.uri), lance_version=ds.version,
@@ -385,7 +311,7 @@ def write_bucket(ds, # the Lance dataset (at the version being written)
     done = _complete(final)
     todo = _bucket_parts(out, key, _as_rows(rows), part_rows=part_rows, done=done)
     if done is not None and not todo: return done
-    kept = _skips_by_id(final) if final.exists() else {}  # skip lists stay: of a bucket grown, or one that lost its bucket.json
+    kept = skips_by_id(final) if final.exists() else {}  # skip lists stay: of a bucket grown, or one that lost its bucket.json
     how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)
     for p, c in todo: write_part(ds, key, c, part=p, **how)
     base = [final] if done is not None else []  # a finished bucket grows: merged again from itself and the new parts
@@ -395,82 +321,7 @@ def write_bucket(ds, # the Lance dataset (at the version being written)
     shutil.rmtree(_parts_dir(out, key), ignore_errors=True)
     return res
 
-# %% ../nbs/07_mds.ipynb #76e599e8
-OPTOUT = 'optout.parquet'  # ids recorded as opted out, at the root of an MDS tree (see `prx_nb.skips.optout`)
-
-def read_whole(p:Path)->bytes:
-    "The bytes of `p` from one open file: a file replaced (`os.replace`) while it is read is read whole, old or new, never torn"
-    with open(p, 'rb') as f: return f.read()
-
-def read_id_column(p:Path, what:str)->set:
-    "The `id` column of the Parquet file `p` (empty when it is missing); `ValueError` naming it when damaged"
-    try: raw = read_whole(p)  # pyarrow given a path opens it again for the row groups: a rename in between tears the read
-    except FileNotFoundError: return set()
-    try: return set(pq.read_table(pa.BufferReader(raw), columns=['id'])['id'].to_pylist())
-    except Exception as e:
-        raise ValueError(f'{p}: the {what} cannot be read ({type(e).__name__}: {e}); nothing is served '
-                         'from trees that honour it until it is restored') from None
-
-def ledger_path(table:str|Path, # the Lance table (a local path)
-               )->Path:
-    "Where the opt-out ledger of `table` lives: beside it, `<table>.optouts.parquet` (an absolute path)"
-    return Path(abs_table(str(table).rstrip('/')) + '.optouts.parquet')
-
-def read_ledger(table:str|Path|None, # the Lance table, or None
-               )->set:
-    "The ids in the opt-out ledger of `table` (empty when it has none or is not a local path)"
-    if not table or '://' in str(table): return set()
-    return read_id_column(ledger_path(table), 'opt-out ledger')
-
-def resolve_table(table:str|None, # the table a tree's `bucket.json` names
-                  root:str|Path, # the tree (a local folder)
-                  from_tree:str|None=None, # the same table relative to the tree (`table_from_tree`), when recorded
-                 )->str|None:
-    "The recorded table as an absolute path, never resolved against the working folder: first where `from_tree` puts it (a run folder copied whole), then `table` when absolute; a relative `table` (trees written before paths were recorded absolute) is looked for beside the tree and in every folder above it"
-    if not table or '://' in table: return table
-    base = Path(os.path.abspath(root))
-    found = lambda p: p.is_dir() or ledger_path(p).exists()
-    if from_tree and found(p := Path(os.path.normpath(base / from_tree))): return str(p)
-    if os.path.isabs(table): return table
-    return next((str(a / table) for a in [base, *base.parents] if found(a / table)), None)
-
-def recorded_table(root:str|Path, # an MDS tree
-                  )->tuple:
-    "(table, table_from_tree) as the tree's buckets name them in `bucket.json` ((None, None): no finished bucket)"
-    for p in sorted(Path(root).glob('[0-9]*/*/bucket.json')):
-        if re.fullmatch(r'\d+x\d+', p.parent.name):
-            try: m = json.loads(read_whole(p))
-            except ValueError as e: raise ValueError(f'{p}: cannot be read ({e}); restore it or delete the bucket folder') from None
-            return m.get('table'), m.get('table_from_tree')
-    return None, None
-
-def tree_table(root:str|Path, # an MDS tree
-              )->str|None:
-    "The Lance table the tree was written from (its buckets' `bucket.json` name it) as an absolute path, or None"
-    table, from_tree = recorded_table(root)
-    return resolve_table(table, root, from_tree)
-
-def read_optouts(root:str|Path, # an MDS tree
-                )->set:
-    "The ids opted out for the MDS tree `root`: its own record and the ledger of the table it was written from."
-    return read_id_column(Path(root) / OPTOUT, 'opt-out record') | read_ledger(tree_table(root))
-
 # %% ../nbs/07_mds.ipynb #56bf49f3
-def _alive(pid:int)->bool:
-    try: os.kill(pid, 0); return True
-    except ProcessLookupError: return False
-    except PermissionError: return True
-
-def sweep_tmp(folder:str|Path, # an MDS tree, a bucket, or the folder of a table's ledger
-              pattern:str='**/*.tmp[0-9]*', # which temporary files
-             )->list:
-    "Remove the temporary files (`NAME.tmpPID`) of processes that are gone: what a killed write leaves; their paths"
-    gone = []
-    for p in Path(folder).glob(pattern):
-        pid = p.name.rsplit('.tmp', 1)[1]
-        if p.is_file() and pid.isdigit() and not _alive(int(pid)): p.unlink(missing_ok=True); gone.append(p)
-    return gone
-
 def clean_leftovers(out:str|Path, # an MDS tree
                    )->list:
     "Remove what killed runs left in `out`: temporary files of processes that are gone, and the parts of finished buckets"
@@ -480,21 +331,6 @@ def clean_leftovers(out:str|Path, # an MDS tree
         if (pdir.with_name(pdir.name[:-len('.parts')]) / 'bucket.json').exists():
             shutil.rmtree(pdir, ignore_errors=True); gone.append(pdir)
     return gone
-
-# %% ../nbs/07_mds.ipynb #185574c6
-def write_record(root:str|Path, # an MDS tree
-                 ids:set, # every id it must never serve
-                 table:str|None=None, # the Lance table whose ledger it honours (default: the one the tree names)
-                )->None:
-    "Make the tree's opt-out record exactly `ids`, atomically, noting how many ledger ids of `table` it holds"
-    root = Path(root); root.mkdir(parents=True, exist_ok=True)
-    table = abs_table(table) or tree_table(root)
-    led = read_ledger(table)
-    meta = {'ledger': str(ledger_path(table)) if table and '://' not in str(table) else '',
-            'ledger_ids': str(len(led)), 'ledger_missing': str(len(led - set(ids)))}
-    tmp = root / f'{OPTOUT}.tmp{os.getpid()}'
-    pq.write_table(pa.table({'id': pa.array(sorted(ids), pa.string())}).replace_schema_metadata(meta), tmp)
-    os.replace(tmp, root / OPTOUT)
 
 # %% ../nbs/07_mds.ipynb #8b502e7c
 @dataclass
@@ -506,6 +342,61 @@ class MDSWrite:
     unbucketed: int # usable rows that fit no bucket (too small or too elongated)
     @property
     def written(self)->int: return sum(b.written for b in self.buckets.values())
+
+# %% ../nbs/07_mds.ipynb #c7b8c9d0
+@dataclass
+class WriteMDS(Stage):
+    "The usable rows as an MDS tree, bucketed, resized and encoded: the options of `prx_run`'s [mds], `prx_write_mds` and `write_mds`."
+    section: ClassVar[str] = 'mds'
+    caption_column: str = opt('', 'the caption in the samples (empty: caption_<caption.name> when captioning, else caption_source)')
+    where: str = opt('', 'only rows where this SQL holds (empty: all usable rows)')
+    tiers: list = opt(list(TIERS), 'resolution tiers (about tier^2 pixels each)')
+    patch: int = opt(0, "the trainer's patch size in pixels, e.g. 32 for PRX at 1024: buckets on its ArAwareResize grid "
+                        '(0: off; it must divide every tier)')
+    max_upscale: float = opt(MAX_UPSCALE, 'never upscale by more than this per side')
+    quality: int = opt(92, 'JPEG quality')
+    shard_bytes: int = opt(128 << 20, 'MDS shard size limit (the post used ~128 MB; MDS defaults to 64 MB)')
+    part_rows: int = opt(10_000, 'rows per part: the unit of resume and of parallel work')
+
+    def bucketer(self)->Bucketer:
+        "The `Bucketer` of these options."
+        if not self.tiers or any(t < 64 for t in self.tiers): raise ValueError(f"tiers must be sizes of at least 64, got {self.tiers}")
+        return Bucketer(self.tiers, max_upscale=self.max_upscale, quality=self.quality, patch=self.patch or None)
+
+    def tree_options(self)->dict:
+        "The options that make the tree: `patch` only when set (trees written before it had none, and stay as they are)."
+        return {k: v for k, v in asdict(self).items() if not (k == 'patch' and not v)}
+
+    def check(self, bad):
+        "Tiers, patch, part and shard sizes the writer can use, and a `where` that parses as SQL."
+        if self.patch < 0: bad('mds.patch', f"must be 0 (off) or the trainer's patch size in pixels, got {self.patch}")
+        try: dataclasses.replace(self, patch=0).bucketer()
+        except ValueError as e: bad('mds', str(e))
+        try: self.bucketer()  # the other options are good: what fails now is the patch's
+        except ValueError as e: bad('mds.patch', f"{self.patch} does not fit mds.tiers: {e}")
+        if self.part_rows < 1: bad('mds.part_rows', f"must be at least 1, got {self.part_rows}")
+        if self.shard_bytes < 1 << 20: bad('mds.shard_bytes', f"must be at least 1 MiB (1048576), got {self.shard_bytes}")
+        if self.where and (why := sql_problem(self.where)): bad('mds.where', f"is not an SQL condition ({why}): {self.where!r}")
+
+    def key(self, ctx:RunContext)->list: return [self.tree_options(), ctx.mds_column]
+
+    def run(self, ctx:RunContext)->StageRun:
+        "The [mds] stage of a run: the tree in <out>/mds, with the run's caption."
+        w = write_mds(ctx.table, ctx.mds, caption_column=ctx.mds_column, where=self.where or None, bucketer=self.bucketer(),
+                      shard_bytes=self.shard_bytes, part_rows=self.part_rows, engine=ctx.engine, progress=ctx.progress)
+        rej, tiers = Counter(), Counter()
+        for b in w.buckets.values(): rej.update(b.rejected)
+        if w.unbucketed: rej['fits_no_bucket'] = w.unbucketed
+        for k, b in w.buckets.items(): tiers[k.split('/')[0]] += b.written
+        return StageRun('mds', 'ran', rows_in=w.written + sum(rej.values()), rows_out=w.written, reasons=dict(rej),
+                        outputs=dict(tree=str(ctx.mds), buckets=len(w.buckets), samples_per_tier=dict(tiers), lance_version=w.lance_version))
+
+def sql_problem(where:str)->str|None:
+    "Why `where` does not parse as an SQL condition (None when it does); columns are not looked up."
+    import duckdb
+    try: duckdb.extract_statements(f"SELECT 1 FROM t WHERE ({where.replace('`', chr(34))})")
+    except duckdb.Error as e: return str(e).splitlines()[0]
+    return None
 
 # %% ../nbs/07_mds.ipynb #a2f04c3b
 def _ray_part(row:dict, *, table:str, version:int, out:str, how:dict)->dict:
@@ -532,8 +423,8 @@ def write_mds(table:str, # the Lance table
               caption_column:str='caption_source', # which caption goes into the samples
               where:str|None=None, # extra SQL filter (e.g. "source != 'web_crawl'")
               bucketer:Bucketer|None=None, # tiers, buckets and encoding (default: the post's)
-              shard_bytes:int=128 << 20, # shard size limit (the post used ~128 MB; MDS's default is 64 MB)
-              part_rows:int=10_000, # rows per part: the unit of resume and of parallel work
+              shard_bytes:int=WriteMDS.shard_bytes, # shard size limit (the post used ~128 MB; MDS's default is 64 MB)
+              part_rows:int=WriteMDS.part_rows, # rows per part: the unit of resume and of parallel work
               engine:Engine|str='local', # 'local', 'ray' (parts written by Ray Data workers) or an `Engine`
               progress:bool=True, # show a progress bar
              )->MDSWrite:
@@ -547,7 +438,7 @@ def write_mds(table:str, # the Lance table
         raise ValueError(f'{table} has no column {caption_column!r}; caption columns there: {caps}')
     clean_leftovers(out)
     excl = read_optouts(out) | read_ledger(table)  # the ledger travels with the table: a new tree honours it
-    if excl: write_record(out, excl, table=str(table))
+    if excl: write_optout_record(out, excl, table=str(table))
     plan = plan_buckets(table, bucketer, where)
     if excl:
         gone = pa.array(sorted(excl), pa.string())
@@ -577,172 +468,6 @@ def bucket_columns(bucket:str|Path, # a bucket folder (with samples)
     shards = json.loads((Path(bucket) / 'index.json').read_text())['shards']
     if not shards: return {}
     return dict(zip(shards[0]['column_names'], shards[0]['column_encodings']))
-
-# %% ../nbs/07_mds.ipynb #594625f8
-_BUCKET_NAME = re.compile(r'\d+x\d+')
-
-def iter_buckets(root:str|Path, # an MDS tree
-                 complete:bool=True, # only finished buckets (`bucket.json`, written last, exists) that hold samples
-                ):
-    "The bucket folders of the tree at `root` (`<tier>/<W>x<H>`), sorted by tier, then name; `ValueError` for one that lost its `bucket.json`"
-    root = Path(root)
-    tiers = [p for p in root.iterdir() if p.is_dir() and p.name.isdigit()] if root.is_dir() else []
-    for t in sorted(tiers, key=lambda p: int(p.name)):
-        buckets = [p for p in t.iterdir() if p.is_dir() and _BUCKET_NAME.fullmatch(p.name)]  # never `.partial`
-        for b in sorted(buckets):
-            if not complete: yield b
-            elif (b / 'bucket.json').exists():
-                if not empty_bucket(b): yield b
-            elif any(b.iterdir()):  # finished buckets are renamed into place with it: one without it lost it
-                raise ValueError(f'{b / "bucket.json"}: missing, and the bucket folder holds files: it lost its bucket.json '
-                                 '(or a write into it was killed), so it is not served and not passed over; rerun '
-                                 '`prx_write_mds` (it writes the bucket again, keeping its skip lists), restore the file, '
-                                 'or delete the folder')
-
-# %% ../nbs/07_mds.ipynb #5cbee65b
-def bucket_key(bucket:Path, # a bucket folder
-              )->str:
-    "The key `<tier>/<W>x<H>` of a bucket folder."
-    return f'{Path(bucket).parent.name}/{Path(bucket).name}'
-
-# %% ../nbs/07_mds.ipynb #fd7e827e
-def skip_path(bucket:Path, # a bucket folder
-              shard:str, # a shard's file name there
-              reason:str, # the skip list's reason: a word
-             )->Path:
-    "The sidecar holding `reason`'s skipped sample indices of `shard` in the bucket folder `bucket`."
-    if not reason.replace('_', '').replace('-', '').isalnum():
-        raise ValueError(f'reason must be a word (letters, digits, - or _), got {reason!r}')
-    return Path(bucket) / f'{shard}.skip.{reason}.json'
-
-# %% ../nbs/07_mds.ipynb #bfa5375e
-def skip_files(folder:str|Path, # a bucket folder, or a whole tree
-              )->list:
-    "(path, shard, reason) of every skip-list sidecar under `folder`, sorted."
-    out = []
-    for p in sorted(Path(folder).glob('**/shard.*.mds.skip.*.json')):
-        shard, _, rest = p.name.partition('.skip.')
-        out.append((p, shard, rest[:-len('.json')]))
-    return out
-
-# %% ../nbs/07_mds.ipynb #c0ffee15
-def read_sidecar(p:Path, # a skip-list sidecar
-                )->list:
-    "The indices a skip-list sidecar holds; `ValueError` naming it when it is damaged"
-    try:
-        v = json.loads(Path(p).read_text())
-        idx = v['indices']
-        if not isinstance(idx, list) or not all(isinstance(i, int) for i in idx): raise TypeError('indices must be a list of ints')
-        return idx
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise ValueError(f'{p}: damaged skip list ({type(e).__name__}: {e}); restore it or rebuild it '
-                         '(prx_dedup, prx_skip); nothing is served from this bucket until then') from None
-
-SKIP_RECORD = 'skiplists.json'  # per bucket: every skip-list sidecar written there, so a lost one is found
-
-@contextlib.contextmanager
-def file_lock(path:Path, # the lock file (created when missing)
-             ):
-    "Hold an exclusive lock on the file `path` across processes until the block ends"
-    with open(path, 'a') as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try: yield
-        finally: fcntl.flock(f, fcntl.LOCK_UN)
-
-def _record_lock(bucket:Path):
-    "An exclusive lock on the bucket's sidecar record (its own lock file: callers may hold `.prx.lock`)"
-    return file_lock(Path(bucket) / '.prx.record.lock')
-
-def recorded_sidecars(bucket:Path, # a bucket folder
-                     )->set|None:
-    "(shard, reason) of every sidecar the bucket's `skiplists.json` records, or None for a bucket without one (written before it)"
-    p = Path(bucket) / SKIP_RECORD
-    try: v = json.loads(read_whole(p))
-    except FileNotFoundError: return None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f'{p}: damaged skip-list record ({type(e).__name__}: {e}); restore it, or delete it and run '
-                         '`prx_check`; nothing is served from this bucket until then') from None
-    try: return {(sh, r) for sh, rs in v['sidecars'].items() for r in rs}
-    except (KeyError, TypeError, AttributeError) as e:
-        raise ValueError(f'{p}: damaged skip-list record (no sidecars: {e}); restore it') from None
-
-def _record_sidecar(bucket:Path, shard:str, reason:str, *, present:bool):
-    "Note in the bucket's record that `reason`'s sidecar of `shard` exists (`present`) or was removed, atomically"
-    b = Path(bucket)
-    with _record_lock(b):
-        have = recorded_sidecars(b)
-        if have is None: have = {(sh, r) for _, sh, r in skip_files(b)}  # a bucket written before the record: what is there
-        have = (have | {(shard, reason)}) if present else (have - {(shard, reason)})
-        per = {}
-        for sh, r in sorted(have): per.setdefault(sh, []).append(r)
-        tmp = b / f'{SKIP_RECORD}.tmp{os.getpid()}'
-        tmp.write_text(json.dumps(dict(made_by='prx_nb.mds.write_sidecar', sidecars=per), indent=1))
-        os.replace(tmp, b / SKIP_RECORD)
-
-def missing_sidecars(bucket:Path, # a bucket folder
-                     reasons=None, # the reasons that matter (None: all)
-                    )->list:
-    "Paths of the sidecars of `reasons` that the bucket's record names and that are gone"
-    rec = recorded_sidecars(bucket)
-    if not rec: return []
-    have = {(sh, r) for _, sh, r in skip_files(bucket)}
-    return [skip_path(bucket, sh, r) for sh, r in sorted(rec - have) if reasons is None or r in reasons]
-
-def refuse_missing(missing:list):
-    "The `ValueError` a reader stops with when recorded sidecars are gone"
-    raise ValueError(f'{missing[0]}: missing (the bucket\'s {SKIP_RECORD} records it{f"; and {len(missing) - 1} more" if len(missing) > 1 else ""}): '
-                     'the samples it skips cannot be held back, so nothing is served from this bucket; restore it, or '
-                     'rebuild the skip lists (prx_dedup, prx_filter, prx_skip, prx_optout --sync)')
-
-def write_sidecar(bucket:Path, # a bucket folder
-                  shard:str, # a shard's file name there
-                  reason:str, # the skip list's reason (a word)
-                  indices:list, # the skipped sample indices of `shard` (sorted, unique)
-                  made_by:str, # recorded in the sidecar
-                 )->Path:
-    "Write `reason`'s skip list of `shard` in `bucket`, atomically, and record it in the bucket's `skiplists.json`; its path."
-    p = skip_path(bucket, shard, reason)
-    tmp = p.with_name(p.name + f'.tmp{os.getpid()}')
-    tmp.write_text(json.dumps(dict(made_by=made_by, shard=shard, reason=reason, indices=list(indices),
-                                   updated_at=time.strftime('%Y-%m-%dT%H:%M:%S'))))
-    _record_sidecar(bucket, shard, reason, present=True)  # recorded first: a sidecar on disk is always on the record
-    os.replace(tmp, p)
-    return p
-
-def remove_sidecar(bucket:Path, # a bucket folder
-                   shard:str, # a shard's file name there
-                   reason:str, # the skip list's reason
-                  ):
-    "Remove `reason`'s skip list of `shard` (it skips nothing now) and its entry in the bucket's record"
-    p = skip_path(bucket, shard, reason)
-    p.unlink(missing_ok=True)
-    if (Path(bucket) / SKIP_RECORD).exists() or skip_files(bucket): _record_sidecar(bucket, shard, reason, present=False)
-
-# %% ../nbs/07_mds.ipynb #c0ffee18
-def _skips_by_id(bucket:Path)->dict:
-    "reason → ids on its skip lists in the bucket folder `bucket` (read through its manifest)."
-    if gone := missing_sidecars(bucket): refuse_missing(gone)
-    sides = skip_files(bucket)
-    if not sides: return {}
-    man = bucket / 'manifest.parquet'
-    try: rows = pq.read_table(man, columns=['id', 'shard', 'index']).to_pylist()
-    except Exception as e:
-        raise ValueError(f'{man} cannot be read ({type(e).__name__}) and {bucket} has skip lists that a rebuild '
-                         'would lose; restore the manifest, or delete the bucket folder to rebuild it without them') from None
-    at = {(r['shard'], r['index']): r['id'] for r in rows}
-    out = {}
-    for p, shard, reason in sides:
-        out.setdefault(reason, set()).update(at[(shard, i)] for i in read_sidecar(p) if (shard, i) in at)
-    return out
-
-def _put_skips(bucket:Path, man:pa.Table, skips:dict):
-    "Write `skips` (reason → ids) as the skip lists of the bucket folder `bucket`, whose manifest is `man`."
-    rows = man.select(['id', 'shard', 'index']).to_pylist()
-    for reason, ids in skips.items():
-        per = {}
-        for r in rows:
-            if r['id'] in ids: per.setdefault(r['shard'], []).append(r['index'])
-        for shard, idx in per.items(): write_sidecar(bucket, shard, reason, indices=sorted(idx), made_by='prx_nb.mds.merge_parts')
 
 # %% ../nbs/07_mds.ipynb #5919184b
 def copy_bucket(src:Path, # a bucket folder
@@ -831,23 +556,22 @@ def prx_migrate_mds(mds:str=None, # root of the MDS tree (required)
 
 # %% ../nbs/07_mds.ipynb #7bd79573
 @call_parse
+@with_options(WriteMDS)
 def prx_write_mds(table:str=None, # Lance table path or URI (required)
                   out:str=None, # root of the MDS tree (required)
-                  caption_column:str='caption_source', # caption column written into the samples
-                  where:str=None, # extra SQL filter on the table
-                  shard_mb:int=128, # shard size limit in MB
-                  part_rows:int=10_000, # rows per part (the unit of resume and of parallel work)
+                  shard_mb:int=None, # shard size limit in MB (instead of --shard-bytes)
                   ray:bool=False, # write parts on Ray Data workers (a local Ray unless --ray-address)
                   ray_address:str=None, # address of a Ray cluster
                   workers:int=None, # CPUs for a local Ray (default: all)
                   quiet:bool=False, # no progress bar
-                 ):
+                  **options): # every option of `WriteMDS` (prx_run's [mds]), as --flags
     "Write a Lance table as an MDS tree: OUT/<tier>/<W>x<H>/ shards, index.json and manifest."
     if not (table and out): raise SystemExit('prx_write_mds: --table and --out are required')
     try:
+        o = WriteMDS.build(options | (dict(shard_bytes=shard_mb << 20) if shard_mb else {}), 'prx_write_mds')
         engine = Engine('ray', ray_address, workers) if ray else Engine()
-        w = write_mds(table, out, caption_column=caption_column, where=where, shard_bytes=shard_mb << 20,
-                      part_rows=part_rows, engine=engine, progress=not quiet)
+        w = write_mds(table, out, caption_column=o.caption_column or 'caption_source', where=o.where or None, bucketer=o.bucketer(),
+                      shard_bytes=o.shard_bytes, part_rows=o.part_rows, engine=engine, progress=not quiet)
     except ValueError as e: raise SystemExit(f'prx_write_mds: {e}') from None
     for k, b in w.buckets.items():
         print(f"{k:>16}  {b.written:>7,} samples  {b.shards} shards"

@@ -4,16 +4,19 @@
 
 # %% ../nbs/06_phash.ipynb #f4ba7488
 from __future__ import annotations
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 import io
 import numpy as np, pyarrow as pa
 from PIL import Image
 from .core import probe_image, open_rgb, ImageInfo, Engine
-from .table import fill_column, ColumnFill, image_bytes
+from .table import fill_column, Fill, ColumnFill, image_bytes
+from .stage import Stage, StageRun, RunContext, opt
 
 # %% auto #0
 __all__ = ['COPY_KINDS', 'NEGATIVE_KINDS', 'luma_thumbnail', 'fingerprints', 'hamming', 'phash', 'phash_many', 'add_phash',
-           'labelled_copies', 'pair_truth', 'precision_recall']
+           'Phash', 'labelled_copies', 'pair_truth', 'precision_recall']
 
 # %% ../nbs/06_phash.ipynb #02be82aa
 def _orient(a:np.ndarray, o:int)->np.ndarray:
@@ -105,8 +108,21 @@ def add_phash(table:str, # the Lance table
               progress:bool=True, # show a progress bar
              )->ColumnFill:
     "Fill the `phash` column (int64) of every usable row that lacks one."
-    return fill_column(table, 'phash', _phash_column, read_columns=['image', 'uri'], dtype=pa.int64(),
-                       where="status = 'ok'", batch_size=batch_size, engine=engine, progress=progress)
+    fill = Fill(_phash_column, 'phash', read_columns=('image', 'uri'), dtype=pa.int64(), batch_size=batch_size)
+    return fill_column(table, fill, where="status = 'ok'", engine=engine, progress=progress)
+
+# %% ../nbs/06_phash.ipynb #c3d4e5f6
+@dataclass
+class Phash(Stage):
+    "The perceptual hash of every usable image: `prx_run`'s [phash]."
+    section: ClassVar[str] = 'phash'
+    enabled: bool = opt(True, 'the perceptual hash of every usable image (needed by dedup)')
+    def applies(self, ctx:RunContext)->bool: return self.enabled or ctx['dedup'].enabled  # dedup reads the hashes
+    def key(self, ctx:RunContext)->list: return []
+    def run(self, ctx:RunContext)->StageRun:
+        "Fill the hashes the table lacks."
+        f = add_phash(ctx.table, engine=ctx.engine, progress=ctx.progress)
+        return StageRun('phash', 'ran', rows_in=f.filled, rows_out=f.filled, version=f.version, outputs=dict(column=f.column, version=f.version))
 
 # %% ../nbs/06_phash.ipynb #824a81c9
 COPY_KINDS = ('jpeg_q95', 'jpeg_q75', 'jpeg_q50', 'half', 'quarter', 'upscale_1.5', 'png', 'webp')  # copies

@@ -5,85 +5,63 @@
 # %% ../nbs/09_pipeline.ipynb #b6869729
 from __future__ import annotations
 import hashlib, json, os, time, warnings
-from collections import Counter
 from fastcore.script import Param
 from .core import call_parse, Engine
-from dataclasses import dataclass, asdict, field
+from dataclasses import dataclass, asdict
 from pathlib import Path
+from typing import ClassVar
 import lance, pandas as pd, pyarrow.parquet as pq
 from .demo import build_demo, demo_sources, DemoTruth
-from .sources import parse_source, source_files
 from .table import compact, sweep_leftovers
-from .bucket import Bucketer, TIERS, MAX_UPSCALE
-from .ingest import ingest
-from .profile import write_report
-from .phash import add_phash
-from .mds import write_mds, iter_bucket, iter_buckets
-from .skips import read_skips
-from .dedup import dedup_tree
-from .caption import Backend, CaptionSpec, caption_table
-from .classify import classify_table, filter_tree, check_labels, BACKENDS
+from .stage import Stage, StageRun, RunContext, opt, toml_value
+from .ingest import Ingest
+from .profile import Profile
+from .phash import Phash
+from .explore import Explore
+from .mds import WriteMDS, iter_bucket
+from .tree import read_skips, iter_buckets
+from .dedup import Dedup
+from .caption import Backend, CaptionSpec, Caption
+from .classify import Classify
+from .skips import Filter, Optout
 
 # %% auto #0
-__all__ = ['CONFIG', 'config_text', 'load_config', 'sources_digest', 'StageRun', 'RunState', 'RunSummary', 'run_pipeline',
-           'demo_config', 'DemoRun', 'run_demo', 'check_demo', 'prx_run', 'prx_demo']
+__all__ = ['SECTIONS', 'STAGES', 'CONFIG', 'RunOptions', 'Compact', 'config_text', 'load_config', 'RunState', 'RunSummary',
+           'run_pipeline', 'demo_config', 'DemoRun', 'run_demo', 'check_demo', 'prx_run', 'prx_demo']
 
 # %% ../nbs/09_pipeline.ipynb #013e219b
-CONFIG = {
-    'run': dict(out=('prx_out', 'output folder: corpus.lance, profile/, mds/, summary.json, run_state.json'),
-                table=('', 'the Lance table (default: <out>/corpus.lance; a URI works too)'),
-                engine=('local', 'local (this process) or ray (Ray Data for ingest, fingerprints and the MDS writer)'),
-                ray_address=('', 'ray: the address of an existing cluster (empty: start a local Ray)'),
-                workers=(0, 'ray: CPUs of a local Ray (0: all)'),
-                compact_fragments=(64, 'compact the table after ingest when it has more fragments than this (0: never)'),
-                sweep_leftovers=(True, 'as the run starts, remove files of the table no version references (left by killed writes); '
-                                       'turn off if other processes write the table while prx_run runs')),
-    'ingest': dict(sources=([], 'source specs, as prx_ingest takes them: [NAME=]folder:DIR, parquet:GLOB, wds:TARS, meta:TABLE, hf:DIR'),
-                   embeddings=('', 'a Parquet side table of id + embedding to join (empty: none)'),
-                   caption_column=('', "read every source's captions from this field (empty: each layout's rule)"),
-                   retry_failed=(False, 're-read rows that failed even when their bytes did not change')),
-    'profile': dict(enabled=(True, 'resolution and aspect histograms, drops per rule -> <out>/profile/')),
-    'explore': dict(enabled=(False, 'ImageNet tags (caption_tags), image embeddings and search indices')),
-    'caption': dict(enabled=(False, 're-caption every usable row with a VLM into caption_<name>'),
-                    backend=('openai', 'openai (a server such as vllm serve), transformers (a local model dir) or vllm'),
-                    model=('', "the VLM: its name on the server, or a local directory"),
-                    endpoint=('http://127.0.0.1:8000/v1', "openai: the server's base URL"),
-                    name=('vlm', 'the column is caption_<name>'),
-                    max_new_tokens=(400, 'reply length limit'),
-                    max_pixels=(1024 * 1024, "bound on each image's pixels before the model")),
-    'classify': dict(enabled=(True, 'label each caption visual, text or nsfw into label_<name>'),
-                     backend=('minilm', 'minilm (offline), openai, transformers or vllm'),
-                     model=('', 'LLM backends: the model'),
-                     endpoint=('http://127.0.0.1:8000/v1', "openai: the server's base URL"),
-                     caption_column=('', "the caption read (empty: the tree's caption)"),
-                     name=('kind', 'the column is label_<name>'),
-                     labels=(['visual', 'text', 'nsfw'], 'the labels')),
-    'phash': dict(enabled=(True, 'the perceptual hash of every usable image (needed by dedup)')),
-    'mds': dict(caption_column=('', 'the caption in the samples (empty: caption_<caption.name> when captioning, else caption_source)'),
-                where=('', 'only rows where this SQL holds (empty: all usable rows)'),
-                tiers=(list(TIERS), 'resolution tiers (about tier^2 pixels each)'),
-                patch=(0, "the trainer's patch size in pixels, e.g. 32 for PRX at 1024: buckets on its ArAwareResize grid "
-                          '(0: off; it must divide every tier)'),
-                max_upscale=(MAX_UPSCALE, 'never upscale by more than this per side'),
-                quality=(92, 'JPEG quality'),
-                shard_bytes=(128 << 20, 'MDS shard size limit'),
-                part_rows=(10_000, 'rows per part: the unit of resume and of parallel work')),
-    'dedup': dict(enabled=(True, 'one kept sample per perceptual hash across the tree, the rest as dedup skip lists'),
-                  radius=(0, "0: equal fingerprints only (the post's choice); r > 0: also within r bits")),
-    'filter': dict(enabled=(True, 'classify labels as skip lists (needs classify)'),
-                   labels=(['text', 'nsfw'], 'labels that become skip lists'),
-                   min_score=(0.0, 'a label skips a sample only with at least this confidence')),
-    'optout': dict(ids=('', 'a file of ids, one per line, never to serve (recorded in the ledger; empty: none)')),
-}
+@dataclass
+class RunOptions(Stage):
+    "Where a run writes and how it runs: `prx_run`'s [run]."
+    section: ClassVar[str] = 'run'
+    out: str = opt('prx_out', 'output folder: corpus.lance, profile/, mds/, summary.json, run_state.json')
+    table: str = opt('', 'the Lance table (default: <out>/corpus.lance; a URI works too)')
+    engine: str = opt('local', 'local (this process) or ray (Ray Data for ingest, fingerprints and the MDS writer)')
+    ray_address: str = opt('', 'ray: the address of an existing cluster (empty: start a local Ray)')
+    workers: int = opt(0, 'ray: CPUs of a local Ray (0: all)')
+    compact_fragments: int = opt(64, 'compact the table after ingest when it has more fragments than this (0: never)')
+    sweep_leftovers: bool = opt(True, 'as the run starts, remove files of the table no version references (left by killed '
+                                      'writes); turn off if other processes write the table while prx_run runs')
+    def check(self, bad):
+        if self.engine not in ('local', 'ray'): bad('run.engine', f'must be local or ray, got {self.engine!r}')
+
+@dataclass
+class Compact(Stage):
+    "Compact the table after ingest when it has more fragments than [run] compact_fragments."
+    section: ClassVar[str] = 'compact'
+    def applies(self, ctx:RunContext)->bool: return ctx['run'].compact_fragments > 0
+    def key(self, ctx:RunContext)->list: return [ctx['run'].compact_fragments]
+    def run(self, ctx:RunContext)->StageRun:
+        n, lim = len(lance.dataset(ctx.table).get_fragments()), ctx['run'].compact_fragments
+        if n <= lim: return StageRun('compact', 'ran', outputs=dict(fragments=n, compacted=False))
+        before, after = compact(ctx.table)
+        return StageRun('compact', 'ran', outputs=dict(fragments_before=before, fragments=after, compacted=True))
+
+SECTIONS = (RunOptions, Ingest, Profile, Explore, Caption, Classify, Phash, WriteMDS, Dedup, Filter, Optout)  # the TOML, in this order
+STAGES = (Ingest, Compact, Profile, Phash, Explore, Caption, Classify, Optout, WriteMDS, Dedup, Filter)  # opt-outs before the tree: it never holds them
+CONFIG = {s.section: s.options() for s in SECTIONS}  # section -> key -> (default, one-line help): what --print-config prints
 
 # %% ../nbs/09_pipeline.ipynb #5b5fd8b3
-def _toml(v)->str:
-    "`v` as a TOML value."
-    if isinstance(v, bool): return 'true' if v else 'false'
-    if isinstance(v, str): return json.dumps(v)
-    if isinstance(v, list): return '[' + ', '.join(map(_toml, v)) + ']'
-    return repr(v)
-
 def config_text(values:dict|None=None, # section -> key -> value to write instead of the default
                )->str:
     "The configuration as commented TOML: the defaults, or `values` where given."
@@ -92,20 +70,10 @@ def config_text(values:dict|None=None, # section -> key -> value to write instea
         out.append(f'\n[{sec}]')
         for k, (default, why) in keys.items():
             v = (values or {}).get(sec, {}).get(k, default)
-            out.append(f'{k} = {_toml(v)}'.ljust(32) + f'  # {why}')
+            out.append(f'{k} = {toml_value(v)}'.ljust(32) + f'  # {why}')
     return '\n'.join(out) + '\n'
 
 # %% ../nbs/09_pipeline.ipynb #c533f2f2
-def _typed(sec:str, key:str, v, *, default, where:str):
-    "`v` checked against the type of `default` (an int is a float where a float is expected)."
-    want, number = type(default), isinstance(v, (int, float)) and not isinstance(v, bool)
-    ok = {bool: isinstance(v, bool), float: number, int: number and isinstance(v, int),
-          list: isinstance(v, list) and all(isinstance(x, type(default[0])) for x in v) if default else isinstance(v, list)
-         }.get(want, isinstance(v, want))
-    if not ok: raise ValueError(f'{where}: {sec}.{key} must be {want.__name__}'
-                                + (f' of {type(default[0]).__name__}' if want is list and default else '') + f', got {v!r}')
-    return float(v) if want is float else v
-
 def load_config(cfg:str|Path|dict, # a TOML file, or its contents as a dict
                )->dict:
     "The full configuration (section -> key -> value), checked; `ValueError` naming the key at fault."
@@ -115,123 +83,47 @@ def load_config(cfg:str|Path|dict, # a TOML file, or its contents as a dict
         try: cfg = tomllib.loads(Path(cfg).read_text())
         except FileNotFoundError: raise ValueError(f'{where}: no such file (write one with prx_run --print-config)') from None
         except tomllib.TOMLDecodeError as e: raise ValueError(f'{where}: not valid TOML ({e})') from None
-    out = {}
+    by = {s.section: s for s in SECTIONS}
     for sec, keys in cfg.items():
-        if sec not in CONFIG: raise ValueError(f'{where}: unknown section [{sec}]; sections: {", ".join(CONFIG)}')
+        if sec not in by: raise ValueError(f'{where}: unknown section [{sec}]; sections: {", ".join(CONFIG)}')
         if not isinstance(keys, dict): raise ValueError(f'{where}: {sec} must be a section ([{sec}]), got {keys!r}')
-        for k in keys:
-            if k not in CONFIG[sec]: raise ValueError(f'{where}: unknown key {sec}.{k}; keys of [{sec}]: {", ".join(CONFIG[sec])}')
-    for sec, keys in CONFIG.items():
-        out[sec] = {k: _typed(sec, k, cfg.get(sec, {}).get(k, d), default=d, where=where) for k, (d, _) in keys.items()}
+    out = {sec: asdict(s.build(cfg.get(sec, {}), where)) for sec, s in by.items()}
     _check_values(out, where)
     return out
 
+def _stages(c:dict)->dict:
+    "Section -> its options (a `Stage`), from a checked configuration."
+    return {s.section: s(**c[s.section]) for s in SECTIONS}
+
 # %% ../nbs/09_pipeline.ipynb #6e4fc4d2
 def _check_values(c:dict, where:str):
-    "The checks that need the stages' own rules; `ValueError` naming the key."
+    "Each stage's own checks, then the ones between stages; `ValueError` naming the key."
     def bad(key, why): raise ValueError(f'{where}: {key} {why}')
-    if not c['ingest']['sources']: bad('ingest.sources', 'is empty: name at least one source ([NAME=]KIND:PATH)')
-    for s in c['ingest']['sources']:
-        try: parse_source(s)
-        except ValueError as e: bad('ingest.sources', f'has {s!r}: {e}')
-    if c['run']['engine'] not in ('local', 'ray'): bad('run.engine', f"must be local or ray, got {c['run']['engine']!r}")
-    if c['caption']['enabled']:
-        if not c['caption']['model']: bad('caption.model', 'is needed when caption.enabled is true')
-        try: _caption_backend(c['caption'])
-        except ValueError as e: bad('caption.backend', str(e))
-    k = c['classify']
-    if k['enabled']:
-        if k['backend'] not in BACKENDS: bad('classify.backend', f'must be one of {", ".join(BACKENDS)}, got {k["backend"]!r}')
-        if k['backend'] != 'minilm' and not k['model']: bad('classify.model', f'is needed by the {k["backend"]} backend')
-        try: check_labels(k['labels'])
-        except ValueError as e: bad('classify.labels', str(e))
-    if c['filter']['enabled'] and not k['enabled']: bad('filter.enabled', 'needs classify.enabled (the labels it turns into skip lists)')
-    if c['filter']['enabled'] and (extra := set(c['filter']['labels']) - set(k['labels'])):
+    st = _stages(c)
+    for s in ('run', 'ingest', 'caption', 'classify', 'filter', 'dedup', 'mds', 'optout'): st[s].check(bad)
+    k = st['classify']
+    if st['filter'].enabled and not k.enabled: bad('filter.enabled', 'needs classify.enabled (the labels it turns into skip lists)')
+    if st['filter'].enabled and (extra := set(st['filter'].labels) - set(k.labels)):
         bad('filter.labels', f'names {sorted(extra)}, which classify.labels does not give')
-    if not 0 <= c['filter']['min_score'] <= 1: bad('filter.min_score', 'must be in [0, 1]')
-    if c['dedup']['radius'] < 0: bad('dedup.radius', 'must be >= 0')
-    m = c['mds']
-    if m['patch'] < 0: bad('mds.patch', f"must be 0 (off) or the trainer's patch size in pixels, got {m['patch']}")
-    try: _bucketer(m | dict(patch=0))
-    except ValueError as e: bad('mds', str(e))
-    try: _bucketer(m)  # the other options are good: what fails now is the patch's
-    except ValueError as e: bad('mds.patch', f"{m['patch']} does not fit mds.tiers: {e}")
-    if m['part_rows'] < 1: bad('mds.part_rows', f"must be at least 1, got {m['part_rows']}")
-    if m['shard_bytes'] < 1 << 20: bad('mds.shard_bytes', f"must be at least 1 MiB (1048576), got {m['shard_bytes']}")
-    if m['where'] and (why := _sql_problem(m['where'])): bad('mds.where', f"is not an SQL condition ({why}): {m['where']!r}")
-    for s in c['ingest']['sources']:
-        src = parse_source(s)
-        if src.kind == 'folder' and not any(f.is_file() for f in Path(src.path).rglob('*')):
-            bad('ingest.sources', f'has {s!r}: the folder {src.path} holds no file')
     _check_columns(c, bad)
-    if c['optout']['ids']:
-        if not Path(c['optout']['ids']).is_file(): bad('optout.ids', f"names {c['optout']['ids']}, which is not a file")
-        from prx_nb.skips import read_ids
-        try: read_ids(c['optout']['ids'])
-        except ValueError as e: bad('optout.ids', str(e))
-
-def _sql_problem(where:str)->str|None:
-    "Why `where` does not parse as an SQL condition (None when it does); columns are not looked up"
-    import duckdb
-    try: duckdb.extract_statements(f"SELECT 1 FROM t WHERE ({where.replace('`', chr(34))})")
-    except duckdb.Error as e: return str(e).splitlines()[0]
-    return None
 
 def _check_columns(c:dict, bad):
     "The caption columns [mds] and [classify] name: ones ingest or captioning makes, or ones the table already has"
-    p = dict(table=c['run']['table'] or str(Path(c['run']['out']) / 'corpus.lance'))  # as `_paths` gives it
+    table = c['run']['table'] or str(Path(c['run']['out']) / 'corpus.lance')  # as `_context` gives it
     have = {'caption_source'}
     if c['caption']['enabled']: have.add(f"caption_{c['caption']['name']}")
     if c['explore']['enabled']: have.add('caption_tags')  # the explore stage's ImageNet tags
-    if Path(p['table']).is_dir():
-        try: have |= set(lance.dataset(p['table']).schema.names)
+    if Path(table).is_dir():
+        try: have |= set(lance.dataset(table).schema.names)
         except Exception: pass  # a damaged table is the ingest stage's to report
     for key, col in (('mds.caption_column', c['mds']['caption_column']), ('classify.caption_column', c['classify']['caption_column'] if c['classify']['enabled'] else '')):
         if col and col not in have:
-            bad(key, f'names {col!r}, which neither the table ({p["table"]}) has nor a stage makes; columns there: {sorted(have)}')
-
-def _caption_backend(k:dict)->Backend:
-    "The captioner `Backend` of the [caption] options (it checks the backend's name)."
-    return Backend(k['backend'], CaptionSpec(k['model'], max_new_tokens=k['max_new_tokens'], max_pixels=k['max_pixels']),
-                   endpoint=k['endpoint'])
-
-def _bucketer(m:dict)->Bucketer:
-    "The `Bucketer` of the [mds] options."
-    if not m['tiers'] or any(t < 64 for t in m['tiers']): raise ValueError(f"tiers must be sizes of at least 64, got {m['tiers']}")
-    return Bucketer(m['tiers'], max_upscale=m['max_upscale'], quality=m['quality'], patch=m['patch'] or None)
+            bad(key, f'names {col!r}, which neither the table ({table}) has nor a stage makes; columns there: {sorted(have)}')
 
 # %% ../nbs/09_pipeline.ipynb #8781a12e
 def _digest(*parts)->str: return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
-def sources_digest(sources:list, # source specs
-                  )->str:
-    "A digest of what the sources hold now: every matched file's name, size and modification time."
-    seen = []
-    for spec in sources:
-        src = parse_source(spec)
-        if '://' in src.path: seen.append(spec); continue  # remote: named, not listed
-        if src.kind == 'folder': files = [str(f) for f in Path(src.path).rglob('*') if f.is_file()]
-        else:
-            try: files = source_files(src)[0]
-            except ValueError as e: seen.append((spec, str(e))); continue
-        seen.append((spec, [(f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in sorted(files)]))
-    return _digest(seen)
-
 # %% ../nbs/09_pipeline.ipynb #8ddb24bf
-@dataclass
-class StageRun:
-    "What one stage did in a run."
-    name: str # the stage
-    status: str # ran, skipped (finished before, unchanged) or off
-    seconds: float = 0.0 # wall time this run
-    rows_in: int|None = None # rows the stage looked at
-    rows_out: int|None = None # rows (or samples) it passed on
-    reasons: dict = field(default_factory=dict) # reason -> rows it did not pass on, or that it recorded
-    outputs: dict = field(default_factory=dict) # what it wrote, where
-    peak_rss_mb: int|None = None # the run's peak memory so far when the stage ended (the stage where it rises made it)
-    @property
-    def per_s(self)->float|None: return round(self.rows_in / self.seconds, 1) if self.rows_in and self.seconds else None
-
 def _peak_rss_mb()->int|None:
     "This process's peak resident memory in MB (Linux: `VmHWM`), or None where it cannot be read."
     try: return int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1]) // 1024
@@ -254,132 +146,15 @@ class RunState:
         tmp.write_text(json.dumps(self.done, indent=1, default=str))
         os.replace(tmp, self.path)
 
-# %% ../nbs/09_pipeline.ipynb #56082f06
-def _ingest_stage(c:dict, p:dict, progress:bool)->StageRun:
-    i = c['ingest']
-    s = ingest(p['table'], i['sources'], embeddings=i['embeddings'] or None, caption_column=i['caption_column'] or None,
-               retry_failed=i['retry_failed'], engine=p['engine'], progress=progress)
-    bad = Counter()
-    for (src, status), n in s.added.items():
-        if status != 'ok': bad[status] += n
-    import lance
-    ds = lance.dataset(p['table'])
-    return StageRun('ingest', 'ran', rows_in=s.n_added, rows_out=s.n_added - sum(bad.values()), reasons=dict(bad),
-                    outputs=dict(table=p['table'], rows=ds.count_rows(), ok=ds.count_rows("status = 'ok'"),
-                                 version=s.version, fragments=s.fragments, left_out_files=len(s.left_out)))
-
-def _compact_stage(c:dict, p:dict, progress:bool)->StageRun:
-    import lance
-    n = len(lance.dataset(p['table']).get_fragments())
-    lim = c['run']['compact_fragments']
-    if not lim or n <= lim: return StageRun('compact', 'ran', outputs=dict(fragments=n, compacted=False))
-    before, after = compact(p['table'])
-    return StageRun('compact', 'ran', outputs=dict(fragments_before=before, fragments=after, compacted=True))
-
-# %% ../nbs/09_pipeline.ipynb #f90e0d1c
-def _profile_stage(c:dict, p:dict, progress:bool)->StageRun:
-    drops = write_report(p['table'], p['out'] / 'profile')
-    tot = drops.loc['total']
-    reasons = {k: int(tot[k]) for k in drops.columns if k not in ('rows', 'kept') and not k.startswith('tier_') and int(tot[k])}
-    return StageRun('profile', 'ran', rows_in=int(tot['rows']), rows_out=int(tot['kept']), reasons=reasons,
-                    outputs=dict(report=str(p['out'] / 'profile'), tiers={k: int(tot[k]) for k in drops.columns if k.startswith('tier_')}))
-
-def _fill_stage(name:str, fn):
-    "A stage that fills a column with `fn(table, engine, progress)` (a `ColumnFill`)."
-    def stage(c:dict, p:dict, progress:bool)->StageRun:
-        f = fn(p['table'], p['engine'], progress)
-        return StageRun(name, 'ran', rows_in=f.filled, rows_out=f.filled, outputs=dict(column=f.column, version=f.version))
-    return stage
-
-# %% ../nbs/09_pipeline.ipynb #f12aab65
-def _explore_stage(c:dict, p:dict, progress:bool)->StageRun:
-    from prx_nb.explore import add_tags, add_image_embeddings, index_table
-    t = add_tags(p['table'], progress=progress)
-    add_image_embeddings(p['table'], progress=progress)
-    index_table(p['table'])
-    return StageRun('explore', 'ran', rows_in=t.filled, rows_out=t.filled, outputs=dict(tags='caption_tags', indexed=True))
-
-def _caption_stage(c:dict, p:dict, progress:bool)->StageRun:
-    k, b = c['caption'], _caption_backend(c['caption'])
-    r = caption_table(p['table'], b if p['engine'].is_ray else b.make(), k['name'], engine=p['engine'], progress=progress)
-    return StageRun('caption', 'ran', rows_in=r.rows, rows_out=r.statuses.get('ok', 0),
-                    reasons={s: n for s, n in r.statuses.items() if s != 'ok'}, outputs=dict(column=r.column, version=r.version))
-
-def _classify_stage(c:dict, p:dict, progress:bool)->StageRun:
-    from prx_nb.classify import make_classifier
-    k = c['classify']
-    cl = make_classifier(k['backend'], model=k['model'] or None, endpoint=k['endpoint'], labels=tuple(k['labels']))
-    r = classify_table(p['table'], cl, k['name'], caption_column=p['classify_column'], progress=progress)
-    return StageRun('classify', 'ran', rows_in=r.rows, rows_out=sum(r.labels.values()), reasons=dict(r.reasons),
-                    outputs=dict(column=r.column, labels=r.labels, caption_column=p['classify_column']))
-
-# %% ../nbs/09_pipeline.ipynb #01eccfb0
-def _mds_stage(c:dict, p:dict, progress:bool)->StageRun:
-    m = c['mds']
-    w = write_mds(p['table'], p['mds'], caption_column=p['mds_column'], where=m['where'] or None, bucketer=_bucketer(m),
-                  shard_bytes=m['shard_bytes'], part_rows=m['part_rows'], engine=p['engine'], progress=progress)
-    rej = Counter()
-    for b in w.buckets.values(): rej.update(b.rejected)
-    if w.unbucketed: rej['fits_no_bucket'] = w.unbucketed
-    tiers = Counter()
-    for k, b in w.buckets.items(): tiers[k.split('/')[0]] += b.written
-    return StageRun('mds', 'ran', rows_in=w.written + sum(rej.values()), rows_out=w.written, reasons=dict(rej),
-                    outputs=dict(tree=str(p['mds']), buckets=len(w.buckets), samples_per_tier=dict(tiers), lance_version=w.lance_version))
-
-def _dedup_stage(c:dict, p:dict, progress:bool)->StageRun:
-    r = dedup_tree(p['mds'], radius=c['dedup']['radius'], table=p['table'], progress=progress)
-    return StageRun('dedup', 'ran', rows_in=r.samples, rows_out=r.samples - r.total_skipped, reasons=dict(dedup=r.total_skipped),
-                    outputs=dict(skipped_per_tier=_per_tier(r.skipped), groups=r.groups, without_fingerprint=len(r.no_fingerprint)))
-
-def _per_tier(per_bucket:dict)->dict:
-    out = Counter()
-    for k, n in per_bucket.items(): out[k.split('/')[0]] += int(n)
-    return dict(out)
-
-# %% ../nbs/09_pipeline.ipynb #394d237f
-def _filter_stage(c:dict, p:dict, progress:bool)->StageRun:
-    f = filter_tree(p['mds'], p['table'], f"label_{c['classify']['name']}", labels=c['filter']['labels'],
-                    min_score=c['filter']['min_score'], progress=progress)
-    per = {l: int(f.buckets[l].sum()) for l in f.labels}
-    tiers = {str(t): {l: int(g[l].sum()) for l in f.labels} for t, g in f.buckets.groupby('tier')}
-    return StageRun('filter', 'ran', rows_in=f.samples, rows_out=f.samples - f.skipped, reasons=per,
-                    outputs=dict(skipped_per_tier=tiers, unlabelled=int(f.buckets.unlabelled.sum()), unscored=f.unscored))
-
-def _optout_stage(c:dict, p:dict, progress:bool)->StageRun:
-    from prx_nb.skips import optout, read_ids
-    ids = read_ids(c['optout']['ids'])
-    r = optout(p['mds'], ids, table=p['table'])
-    n = sum(v for k, v in r.items() if k != 'not_found')
-    return StageRun('optout', 'ran', rows_in=len(ids), reasons=dict(optout=n), outputs=dict(not_in_tree=r['not_found']))
-
-# %% ../nbs/09_pipeline.ipynb #e77fac6d
-def _mds_options(c:dict)->dict:
-    "The [mds] options that make the tree: `patch` only when set (trees written before it had none, and stay as they are)"
-    return {k: v for k, v in c['mds'].items() if not (k == 'patch' and not v)}
-
-_STAGES = [  # name, function, applies when, the options in its key; opt-outs before the tree: it never holds them
-    ('ingest', _ingest_stage, lambda c: True, lambda c, p: [c['ingest'], sources_digest(c['ingest']['sources'])]),
-    ('compact', _compact_stage, lambda c: c['run']['compact_fragments'] > 0, lambda c, p: [c['run']['compact_fragments']]),
-    ('profile', _profile_stage, lambda c: c['profile']['enabled'], lambda c, p: []),
-    ('phash', _fill_stage('phash', lambda t, e, pr: add_phash(t, engine=e, progress=pr)), lambda c: c['phash']['enabled'] or c['dedup']['enabled'], lambda c, p: []),
-    ('explore', _explore_stage, lambda c: c['explore']['enabled'], lambda c, p: []),
-    ('caption', _caption_stage, lambda c: c['caption']['enabled'], lambda c, p: [c['caption']]),
-    ('classify', _classify_stage, lambda c: c['classify']['enabled'], lambda c, p: [c['classify'], p['classify_column']]),
-    ('optout', _optout_stage, lambda c: bool(c['optout']['ids']), lambda c, p: [Path(c['optout']['ids']).read_text()]),
-    ('mds', _mds_stage, lambda c: True, lambda c, p: [_mds_options(c), p['mds_column']]),
-    ('dedup', _dedup_stage, lambda c: c['dedup']['enabled'], lambda c, p: [c['dedup']]),
-    ('filter', _filter_stage, lambda c: c['filter']['enabled'], lambda c, p: [c['filter']]),
-]
-
 # %% ../nbs/09_pipeline.ipynb #4c12bb59
-def _paths(c:dict)->dict:
-    "The run's paths and derived choices: table, tree, engine, caption columns."
-    out = Path(c['run']['out'])
+def _context(c:dict, progress:bool)->RunContext:
+    "The run's shared facts: paths, engine, every stage's options and the caption columns."
+    r, out = c['run'], Path(c['run']['out'])
     cap = f"caption_{c['caption']['name']}" if c['caption']['enabled'] else 'caption_source'
     mds_col = c['mds']['caption_column'] or cap
-    eng = Engine('ray', c['run']['ray_address'] or None, c['run']['workers'] or None) if c['run']['engine'] == 'ray' else Engine('local')
-    return dict(out=out, table=c['run']['table'] or str(out / 'corpus.lance'), mds=out / 'mds', engine=eng,
-                mds_column=mds_col, classify_column=c['classify']['caption_column'] or mds_col)
+    eng = Engine('ray', r['ray_address'] or None, r['workers'] or None) if r['engine'] == 'ray' else Engine('local')
+    return RunContext(out, r['table'] or str(out / 'corpus.lance'), out / 'mds', eng, progress=progress, stages=_stages(c),
+                      mds_column=mds_col, classify_column=c['classify']['caption_column'] or mds_col)
 
 # %% ../nbs/09_pipeline.ipynb #5f86209c
 @dataclass
@@ -405,13 +180,13 @@ def _move_aside_if_changed(state:RunState, key:str, tree:Path)->str|None:
     tree.rename(aside)
     return str(aside)
 
-def _output(name:str, p:dict)->str:
+def _output(name:str, ctx:RunContext)->str:
     "What stage `name` writes: the tree, the profile folder or the table."
-    return str(p['mds'] if name in ('mds', 'dedup', 'filter', 'optout') else p['out'] / 'profile' if name == 'profile' else p['table'])
+    return str(ctx.mds if name in ('mds', 'dedup', 'filter', 'optout') else ctx.out / 'profile' if name == 'profile' else ctx.table)
 
-def _outputs_exist(name:str, p:dict)->bool:
+def _outputs_exist(name:str, ctx:RunContext)->bool:
     "Whether what stage `name` wrote is still there (a deleted output is written again, whatever the state says)."
-    out = _output(name, p)
+    out = _output(name, ctx)
     return '://' in out or Path(out).is_dir() and (name != 'profile' or (Path(out) / 'drops.csv').exists())
 
 def run_pipeline(config:str|Path|dict, # a TOML file, or a configuration dict
@@ -420,40 +195,41 @@ def run_pipeline(config:str|Path|dict, # a TOML file, or a configuration dict
                 )->RunSummary:
     "Run every stage of `config` in order, skipping the stages finished with the same inputs; writes summary.json."
     c = load_config(config)
-    p = _paths(c)
-    p['out'].mkdir(parents=True, exist_ok=True)
-    state, runs, key, t0, ran = RunState(p['out']), [], '', time.perf_counter(), False
-    swept = sweep_leftovers(p['table']) if c['run']['sweep_leftovers'] else 0
-    for name, fn, applies, opts in _STAGES:
-        if not applies(c): runs.append(StageRun(name, 'off')); continue
-        key = _digest(name, key, opts(c, p))
-        if not ran and (done := state.finished(name, key)) and _outputs_exist(name, p):
+    ctx = _context(c, progress)
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    state, runs, key, t0, ran = RunState(ctx.out), [], '', time.perf_counter(), False
+    swept = sweep_leftovers(ctx.table) if c['run']['sweep_leftovers'] else 0
+    for cls in STAGES:
+        stage, name = ctx.stages.get(cls.section) or cls(), cls.section
+        if not stage.applies(ctx): runs.append(StageRun(name, 'off')); continue
+        key = _digest(name, key, stage.key(ctx))
+        if not ran and (done := state.finished(name, key)) and _outputs_exist(name, ctx):
             runs.append(StageRun(**(done['result'] | dict(status='skipped', seconds=0.0)))); continue
-        extra = dict(mds_options=_digest(_mds_options(c), p['mds_column'])) if name == 'mds' else {}
-        if extra and (aside := _move_aside_if_changed(state, extra['mds_options'], p['mds'])):
+        extra = dict(mds_options=_digest(stage.tree_options(), ctx.mds_column)) if name == 'mds' else {}
+        if extra and (aside := _move_aside_if_changed(state, extra['mds_options'], ctx.mds)):
             warnings.warn(f'[mds] options changed: the previous tree was moved to {aside}')
         t = time.perf_counter()
-        try: r = fn(c, p, progress)
+        try: r = stage.run(ctx)
         except (OSError, RuntimeError) as e:  # a full disk, a read-only folder: say which stage and which output
             if not isinstance(e, OSError) and 'No space left' not in str(e): raise
             raise OSError(getattr(e, 'errno', None), f"{getattr(e, 'strerror', None) or e} (stage {name})",
-                          str(getattr(e, 'filename', None) or _output(name, p))) from None
+                          str(getattr(e, 'filename', None) or _output(name, ctx))) from None
         r.seconds, r.peak_rss_mb = time.perf_counter() - t, _peak_rss_mb()
         state.record(name, key, r, **extra)
         ran = True
         runs.append(r)
-    s = RunSummary(p['out'], runs, seconds=time.perf_counter() - t0, swept_bytes=swept)
-    _write_summary(s, c, p)
+    s = RunSummary(ctx.out, runs, seconds=time.perf_counter() - t0, swept_bytes=swept)
+    _write_summary(s, c, ctx)
     return s
 
 # %% ../nbs/09_pipeline.ipynb #c376bca8
-def _write_summary(s:RunSummary, c:dict, p:dict):
+def _write_summary(s:RunSummary, c:dict, ctx:RunContext):
     "summary.json beside the outputs, atomically."
-    d = dict(finished_at=time.strftime('%Y-%m-%dT%H:%M:%S'), seconds=round(s.seconds, 2), swept_bytes=s.swept_bytes, table=p['table'], tree=str(p['mds']),
-             profile=str(p['out'] / 'profile'), config=c, stages=[asdict(r) | dict(per_s=r.per_s) for r in s.stages])
-    tmp = p['out'] / f'summary.json.tmp{os.getpid()}'
+    d = dict(finished_at=time.strftime('%Y-%m-%dT%H:%M:%S'), seconds=round(s.seconds, 2), swept_bytes=s.swept_bytes, table=ctx.table, tree=str(ctx.mds),
+             profile=str(ctx.out / 'profile'), config=c, stages=[asdict(r) | dict(per_s=r.per_s) for r in s.stages])
+    tmp = ctx.out / f'summary.json.tmp{os.getpid()}'
     tmp.write_text(json.dumps(d, indent=1, default=str))
-    os.replace(tmp, p['out'] / 'summary.json')
+    os.replace(tmp, ctx.out / 'summary.json')
 
 # %% ../nbs/09_pipeline.ipynb #749c27cd
 def demo_config(out:str|Path='demo_out', # the run folder; the demo sources are in `out`/sources

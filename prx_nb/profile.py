@@ -4,31 +4,34 @@
 
 # %% ../nbs/03_profile.ipynb #8b62585d
 from __future__ import annotations
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 import numpy as np, pandas as pd
 from .core import call_parse
+from .stage import Stage, StageRun, RunContext, opt
 from .bucket import TIERS, MAX_UPSCALE, AR_RANGE, tier_floor, assign_tiers
 
 # %% auto #0
-__all__ = ['PROFILE_COLUMNS', 'duck', 'sql', 'profile_batches', 'profile_frame', 'drop_table', 'plot_resolution', 'plot_aspect',
-           'write_report', 'prx_profile']
+__all__ = ['PROFILE_COLUMNS', 'duckdb_connection', 'query_frame', 'profile_batches', 'profile_frame', 'drop_table',
+           'plot_resolution', 'plot_aspect', 'write_report', 'Profile', 'prx_profile']
 
 # %% ../nbs/03_profile.ipynb #149a072b
-def duck(table:str|Path, # path or URI of the Lance table
-         name:str='t', # the view's name in SQL
-        ):
-    "DuckDB with the table at `table` as view `name`"
+def duckdb_connection(table:str|Path, # path or URI of the Lance table
+                      name:str='t', # the view's name in SQL
+                     ):
+    "A DuckDB connection with the table at `table` as view `name`"
     import duckdb, lance
     con = duckdb.connect()
     con.register(name, lance.dataset(str(table)))
     return con
 
 # %% ../nbs/03_profile.ipynb #b780efce
-def sql(table:str|Path, # path or URI of the Lance table
-        query:str, # SQL naming the table `t`
-       )->pd.DataFrame:
-    "Run `query` over the Lance table at `table`"
-    return duck(table).sql(query).df()
+def query_frame(table:str|Path, # path or URI of the Lance table
+                query:str, # SQL naming the table `t`
+               )->pd.DataFrame:
+    "The result of `query` over the Lance table at `table`, as a DataFrame"
+    return duckdb_connection(table).sql(query).df()
 
 # %% ../nbs/03_profile.ipynb #9bbcf5fd
 PROFILE_COLUMNS = ['id', 'source', 'status', 'width', 'height']
@@ -144,9 +147,11 @@ def _has_tabulate()->bool:
 
 def _ranges(table)->tuple:
     "(megapixels min, max, aspect min, max) over the usable rows"
-    r = sql(table, "SELECT min(CAST(width AS DOUBLE) * height) / 1e6 AS a, max(CAST(width AS DOUBLE) * height) / 1e6 AS b, "
-                   "min(CAST(width AS DOUBLE) / height) AS c, max(CAST(width AS DOUBLE) / height) AS d FROM t "
-                   "WHERE status = 'ok' AND width > 0 AND height > 0")
+    r = query_frame(table, "SELECT min(CAST(width AS DOUBLE) * height) / 1e6 AS a, "
+                           "max(CAST(width AS DOUBLE) * height) / 1e6 AS b, "
+                           "min(CAST(width AS DOUBLE) / height) AS c, "
+                           "max(CAST(width AS DOUBLE) / height) AS d FROM t "
+                           "WHERE status = 'ok' AND width > 0 AND height > 0")
     return tuple(float(r[k][0]) if pd.notna(r[k][0]) else 1.0 for k in 'abcd')
 
 def write_report(table:str|Path, # path or URI of the Lance table
@@ -178,6 +183,23 @@ def write_report(table:str|Path, # path or URI of the Lance table
     drops.to_csv(out / 'drops.csv')
     (out / 'drops.md').write_text(drops.to_markdown() if _has_tabulate() else drops.to_string())
     return drops
+
+# %% ../nbs/03_profile.ipynb #c4e5f6a7
+@dataclass
+class Profile(Stage):
+    "Resolution and aspect histograms and the drops per rule: `prx_run`'s [profile]."
+    section: ClassVar[str] = 'profile'
+    enabled: bool = opt(True, 'resolution and aspect histograms, drops per rule -> <out>/profile/')
+
+    def key(self, ctx:RunContext)->list: return []
+
+    def run(self, ctx:RunContext)->StageRun:
+        "The report in <out>/profile."
+        drops = write_report(ctx.table, ctx.out / 'profile')
+        tot = drops.loc['total']
+        reasons = {k: int(tot[k]) for k in drops.columns if k not in ('rows', 'kept') and not k.startswith('tier_') and int(tot[k])}
+        return StageRun('profile', 'ran', rows_in=int(tot['rows']), rows_out=int(tot['kept']), reasons=reasons,
+                        outputs=dict(report=str(ctx.out / 'profile'), tiers={k: int(tot[k]) for k in drops.columns if k.startswith('tier_')}))
 
 # %% ../nbs/03_profile.ipynb #cda6f13e
 @call_parse

@@ -15,7 +15,7 @@ from .table import read_path
 # %% auto #0
 __all__ = ['KINDS', 'KIND_EXTS', 'IMAGE_EXTS', 'SIDECAR_EXTS', 'METADATA_FILES', 'NOT_SAMPLE_EXTS', 'CAPTION_COLUMNS',
            'CAPTION_FIELDS', 'KEY_COLUMNS', 'IMAGE_COLUMNS', 'URI_COLUMNS', 'Source', 'expand_braces', 'parse_source',
-           'source_files', 'safe_key', 'caption_rule', 'Item', 'Task', 'SourcePlan', 'read_table', 'Columns',
+           'source_files', 'safe_key', 'caption_rule', 'Item', 'Task', 'SourcePlan', 'read_tabular_file', 'Columns',
            'table_columns', 'plan_source', 'read_items']
 
 # %% ../nbs/00d_sources.ipynb #579a7f61
@@ -220,7 +220,7 @@ class SourcePlan:
     rekeyed: int = 0 # rows whose key repeated with a different image, keyed by file and row instead
 
 # %% ../nbs/00d_sources.ipynb #16a26dc8
-def read_table(p:Path|str)->pa.Table:
+def read_tabular_file(p:Path|str)->pa.Table:
     "A table from Parquet, JSON lines, CSV or TSV"
     p = Path(p)
     s = p.suffix.lower()
@@ -299,7 +299,7 @@ def _metadata_captions(root:Path, caption_column:str|None)->dict:
     out = {}
     for name in METADATA_FILES:
         for m in sorted(root.rglob(name)):
-            tbl = read_table(m)
+            tbl = read_tabular_file(m)
             if 'file_name' not in tbl.column_names:
                 raise ValueError(f'{m}: a {name} needs a file_name column (found {", ".join(tbl.column_names)})')
             col = _caption_column(tbl.schema, caption_column, m)
@@ -353,7 +353,7 @@ def _open_unit(src:Source, f:str, part:tuple, *, columns=None)->pa.Table:
     if src.kind == 'parquet': return pq.ParquetFile(f).read_row_group(part[0], columns=columns)
     if src.kind == 'hf':
         with open(f, 'rb') as fh: tbl = ipc.open_stream(fh).read_all()
-    else: tbl = read_table(f)
+    else: tbl = read_tabular_file(f)
     if columns is None: return tbl
     top = list(dict.fromkeys(c.split('.')[0] for c in columns))
     return tbl.select(top)

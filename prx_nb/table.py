@@ -5,16 +5,17 @@
 # %% ../nbs/00c_table.ipynb #b41f19a6
 from __future__ import annotations
 import random, time, urllib.error, urllib.request, warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 import pyarrow as pa, pyarrow.compute as pc, pyarrow.fs as pafs
 from tqdm.auto import tqdm
 from .core import call_parse, Engine, as_engine
 
 # %% auto #0
-__all__ = ['HTTP_TRIES', 'HTTP_TIMEOUT', 'IMAGE_SCAN', 'open_table', 'sql_str', 'sql_in', 'read_path', 'image_bytes', 'detach',
-           'commit_updates', 'add_columns', 'write_back', 'ColumnFill', 'fill_column', 'FragmentHealth',
-           'fragment_health', 'check_fragments', 'compact', 'prx_compact', 'sweep_leftovers']
+__all__ = ['HTTP_TRIES', 'HTTP_TIMEOUT', 'IMAGE_SCAN', 'open_table', 'sql_str', 'sql_in', 'read_path', 'image_bytes',
+           'owned_copy', 'commit_updates', 'add_columns', 'write_back', 'Fill', 'fill_batch', 'Actors', 'ColumnFill',
+           'fill_column', 'FragmentHealth', 'fragment_health', 'check_fragments', 'compact', 'prx_compact',
+           'sweep_leftovers']
 
 # %% ../nbs/00c_table.ipynb #72ea3b80
 _SESSIONS = {}
@@ -84,7 +85,7 @@ def image_bytes(r:dict, # a row with `image` and `uri` (either may be null)
 # not by fetching them row by row afterwards, which buffers far more)
 IMAGE_SCAN = dict(batch_readahead=2, io_buffer_size=64 << 20, batch_size_bytes=32 << 20, late_materialization=False)
 
-def detach(a:pa.Array|pa.ChunkedArray, # a column of a scanned batch
+def owned_copy(a:pa.Array|pa.ChunkedArray, # a column of a scanned batch
           )->pa.Array:
     "A copy of `a` that owns its buffers: keeping it does not keep the whole scanned batch (image bytes and all) alive."
     chunks = a.chunks if isinstance(a, pa.ChunkedArray) else [a]
@@ -147,102 +148,169 @@ def write_back(table:str, # the Lance table
 
 # %% ../nbs/00c_table.ipynb #8b0b204a
 @dataclass(frozen=True)
-class _Fill:
-    "What one fill computes, and where it writes it."
-    fn: object # Arrow batch -> one value per row
-    column: str # the column written
-    dtype: pa.DataType # its type
-    read_columns: list # what `fn` reads
-    flt: str # which rows
-    batch_size: int # rows per `fn` call
+class Fill:
+    "What a column fill computes, from which columns, into which columns, and for which rows."
+    fn: object # Arrow table of `read_columns` and `_rowid` -> one value per row (array or list), or an Arrow table holding `columns`; must pickle for Ray
+    columns: tuple # the column(s) written (a name, or several); the first one's nulls mark the rows to do unless `todo` is given
+    read_columns: tuple # what `fn` reads
+    dtype: object = pa.int64() # the type of the written columns (one, or one per column)
+    todo: str|None = None # SQL: the rows still to do (default: the first column is null)
+    batch_size: int = 256 # rows per `fn` call
+    commit_rows: int = 0 # rows per commit, what a kill can lose (0: one commit per fragment; Ray: per wave)
+    tally: object = None # `fn`'s output table -> {key: count}, summed into `ColumnFill.counts`
+
+    @property
+    def fields(self)->list:
+        "The written columns as `pa.field`s."
+        names = [self.columns] if isinstance(self.columns, str) else list(self.columns)
+        types = self.dtype if isinstance(self.dtype, (list, tuple)) else [self.dtype] * len(names)
+        return [pa.field(n, t) for n, t in zip(names, types)]
+
+    def pending(self, where:str|None=None)->str:
+        "The SQL filter of the rows to fill: `todo` (or the first column is null), and `where`."
+        flt = self.todo or f'{self.fields[0].name} IS NULL'
+        return f'({flt})' + (f' AND ({where})' if where else '')
 
 # %% ../nbs/00c_table.ipynb #8789409f
-def _fill_fragment(frag, spec:_Fill, span:tuple|None=None):
-    "Fill `spec.column` in `frag` (only the matching rows `span` = (offset, limit) when given); None when no row matches."
-    ids, vals = [], []
+def fill_batch(fill:Fill, # what to compute
+               b:pa.Table|pa.RecordBatch, # scanned rows: `read_columns` and `_rowid`
+              )->pa.Table:
+    "`_rowid` and `fill.fn`'s values for the rows of `b` (and any other column `fn` returned, for `tally`)."
+    b = b if isinstance(b, pa.Table) else pa.Table.from_batches([b])
+    out = fill.fn(b)
+    fields = fill.fields
+    if isinstance(out, pa.Table):
+        if missing := [f.name for f in fields if f.name not in out.column_names]:
+            raise ValueError(f'{getattr(fill.fn, "__name__", fill.fn)} returned no column {", ".join(missing)}')
+        cols = {f.name: out[f.name].cast(f.type) for f in fields} | {c: out[c] for c in out.column_names if c not in {f.name for f in fields} | {'_rowid'}}
+    else:
+        if len(fields) != 1: raise ValueError(f'{getattr(fill.fn, "__name__", fill.fn)} must return an Arrow table of {[f.name for f in fields]}')
+        cols = {fields[0].name: out.cast(fields[0].type) if isinstance(out, (pa.Array, pa.ChunkedArray)) else pa.array(out, fields[0].type)}
+    n = len(next(iter(cols.values())))
+    if n != b.num_rows:
+        raise ValueError(f'{getattr(fill.fn, "__name__", fill.fn)} returned {n} values for {b.num_rows} rows')
+    return pa.table({'_rowid': owned_copy(b['_rowid']).cast(pa.uint64()), **cols})
+
+def _span_batches(frag, fill:Fill, *, flt:str, span:tuple|None=None):
+    "The filled batches of `frag`'s rows matching `flt` (only `span` = (offset, limit) of them when given)."
     offset, limit = span or (None, None)
-    batches = frag.to_batches(columns=spec.read_columns, filter=spec.flt, with_row_id=True, offset=offset, limit=limit,
-                              batch_size=spec.batch_size, **IMAGE_SCAN)
-    for b in batches:
-        out = spec.fn(b)
-        if len(out) != b.num_rows:
-            raise ValueError(f'{getattr(spec.fn, "__name__", spec.fn)} returned {len(out)} values '
-                             f'for {b.num_rows} rows')
-        ids.append(detach(b.column('_rowid')))
-        vals.append(out.cast(spec.dtype) if isinstance(out, pa.Array) else pa.array(out, spec.dtype))
-    if not ids: return None
-    return frag.fragment_id, pa.table({'_rowid': pa.chunked_array(ids, pa.uint64()),
-                                       spec.column: pa.chunked_array(vals, spec.dtype)})
+    for b in frag.to_batches(columns=list(fill.read_columns), filter=flt, with_row_id=True, offset=offset, limit=limit,
+                             batch_size=fill.batch_size, **IMAGE_SCAN):
+        yield fill_batch(fill, b)
 
 # %% ../nbs/00c_table.ipynb #ffdd97fb
-def _ray_fill(row:dict, table:str, version:int, spec:_Fill)->dict:
+def _ray_fill(row:dict, table:str, version:int, *, fill:Fill, flt:str)->dict:
     "Ray Data UDF: fill fragment `row['fragment']` of `table` at `version` (its matching rows `offset` to `offset + limit` when given)."
     import lance, pickle
     span = (int(row['offset']), int(row['limit'])) if row.get('limit') else None
-    r = _fill_fragment(lance.dataset(table, version=version).get_fragment(int(row['fragment'])), spec, span)
-    return dict(fragment=row['fragment'], offset=row.get('offset', 0), meta=pickle.dumps(r[1]) if r else b'',
-                rows=r[1].num_rows if r else 0)
+    ts = list(_span_batches(lance.dataset(table, version=version).get_fragment(int(row['fragment'])), fill, flt=flt, span=span))
+    t = pa.concat_tables(ts) if ts else None
+    return dict(fragment=row['fragment'], offset=row.get('offset', 0), meta=pickle.dumps(t) if t else b'', rows=t.num_rows if t else 0)
+
+@dataclass(frozen=True)
+class Actors:
+    "What each Ray worker of a fill holds, and how many run at once."
+    count:int=0 # workers at once (0: one per CPU of the Ray; captioners: one per GPU on a GPU node)
+    gpus:float=0 # GPUs each worker holds
+    cpus:float=1 # CPUs each worker holds
+
+    def __post_init__(self):
+        if self.count < 0 or self.gpus < 0 or self.cpus < 0: raise ValueError(f'bad actor settings: {self}')
 
 # %% ../nbs/00c_table.ipynb #a3fe2fee
-def _ray_wave(table:str, version:int, wave:list, spec:_Fill, workers:int=1)->list:
-    "(fragment id, values) of the fragments of `wave` ((fragment, matching rows) pairs), computed by Ray workers; a wave of fewer fragments than `workers` is cut into row spans."
-    import pickle, ray
+def _spans(wave:list, workers:int, rows:int)->list:
+    "Ray work items for a wave of (fragment, matching rows): whole fragments, or spans of at most `rows` rows, or cut so that every worker is busy."
     cut = max(1, workers // max(len(wave), 1))  # spans per fragment: every worker busy even with one big fragment
     items = []
     for f, n in wave:
-        step = -(-n // cut) if cut > 1 and n > 1 else 0  # 0: the whole fragment in one task
-        items += [dict(fragment=f.fragment_id, offset=o, limit=step) for o in range(0, n, step)] if step else \
+        step = min(-(-n // cut) if cut > 1 and n > 1 else n, rows or n)
+        items += [dict(fragment=f.fragment_id, offset=o, limit=step) for o in range(0, n, step)] if step < n else \
                  [dict(fragment=f.fragment_id, offset=0, limit=0)]
+    return items
+
+def _ray_wave(table:str, version:int, items:list, *, fill:Fill, flt:str, actors:Actors)->list:
+    "Filled tables of the work `items` (in fragment and row order), computed by Ray Data workers."
+    import pickle, ray
     out = ray.data.from_items(items, override_num_blocks=len(items)).map(
-        _ray_fill, fn_kwargs=dict(table=table, version=version, spec=spec)).take_all()
-    got = {}
-    for o in sorted(out, key=lambda o: (int(o['fragment']), int(o['offset']))):  # a fragment's spans in row order
-        if o['rows']: got.setdefault(int(o['fragment']), []).append(pickle.loads(o['meta']))
-    return [(fid, pa.concat_tables(ts)) for fid, ts in got.items()]
+        _ray_fill, fn_kwargs=dict(table=table, version=version, fill=fill, flt=flt),
+        num_cpus=actors.cpus, num_gpus=actors.gpus or None, concurrency=actors.count or None).take_all()
+    return [pickle.loads(o['meta']) for o in sorted(out, key=lambda o: (int(o['fragment']), int(o['offset']))) if o['rows']]
 
 # %% ../nbs/00c_table.ipynb #7a30396b
 @dataclass
 class ColumnFill:
     "What `fill_column` did."
-    column: str # the column filled
+    column: str # the (first) column filled
     filled: int = 0 # rows filled now
-    fragments: int = 0 # fragments touched
+    fragments: int = 0 # fragment updates committed
     commits: int = 0 # commits made
     version: int = 0 # the table's version after
+    counts: dict = field(default_factory=dict) # what `Fill.tally` counted
+    seconds: float = 0.0 # wall time
+    @property
+    def rows_per_s(self)->float: return self.filled / self.seconds if self.seconds else 0.0
 
 # %% ../nbs/00c_table.ipynb #6c6d70bf
+def _group_by_fragment(ts:list)->list:
+    "(fragment id, rows) per fragment of filled tables, in order: the fragment is the row id's high 32 bits."
+    t = pa.concat_tables(ts)
+    frag = pc.shift_right(t['_rowid'], 32)
+    return [(fid, t.filter(pc.equal(frag, fid))) for fid in pc.unique(frag).to_pylist()]
+
 def fill_column(table:str, # the Lance table
-                column:str, # the column to compute (added, all null, when absent)
-                fn, # Arrow batch of `read_columns` -> one value per row (array or list); must pickle for Ray
+                fill:Fill, # what to compute, from what, into which columns
                 *,
-                read_columns:list, # what `fn` reads
-                dtype:pa.DataType=pa.int64(), # the column's type
-                where:str|None=None, # only rows where this SQL holds (and `column` is null)
-                batch_size:int=256, # rows per `fn` call
-                fragments_per_commit:int=1, # fragments per commit (Ray: per worker and wave)
+                where:str|None=None, # only rows where this SQL holds (and `fill` has work)
+                limit:int|None=None, # stop after this many rows
                 engine:Engine|str='local', # where it runs: 'local', 'ray' or an `Engine`
+                actors:Actors=Actors(), # ray: workers at once and what each holds
                 progress:bool=True, # show a progress bar
                )->ColumnFill:
-    "Compute `column` with `fn` where it is null."
-    engine = as_engine(engine)
-    ds = add_columns(table, [pa.field(column, dtype)])
-    flt = f'{column} IS NULL' + (f' AND ({where})' if where else '')
-    spec = _Fill(fn=fn, column=column, dtype=dtype, read_columns=read_columns, flt=flt, batch_size=batch_size)
-    todo = [(f, n) for f in ds.get_fragments() if (n := f.count_rows(spec.flt))]
-    k = max(fragments_per_commit, 1) * (max(engine.workers or 2, 1) if engine.is_ray else 1)
-    if todo and engine.is_ray: engine.start()
-    res = ColumnFill(column)
-    with tqdm(total=sum(n for _, n in todo), desc=column, unit='row', disable=not progress) as bar:
-        for wave in (todo[i:i + k] for i in range(0, len(todo), k)):
-            if engine.is_ray: parts = _ray_wave(table, ds.version, wave, spec=spec, workers=max(engine.workers or 2, 1))
-            else: parts = [p for f, _ in wave if (p := _fill_fragment(f, spec)) is not None]
-            if parts:
-                ds = commit_updates(table, ds, parts)  # another writer's commit meanwhile: rewritten and retried
-                res.filled += sum(u.num_rows for _, u in parts)
-                res.fragments += len(parts)
-                res.commits += 1
-            bar.update(sum(n for _, n in wave))
-    res.version = ds.version
+    "Compute `fill`'s columns for the rows that still need them, committing as it goes; a rerun does what is left."
+    engine, t0 = as_engine(engine), time.perf_counter()
+    fields = fill.fields
+    ds = add_columns(table, fields)
+    flt = fill.pending(where)
+    todo = [(f, n) for f in ds.get_fragments() if (n := f.count_rows(flt))]
+    total = min(sum(n for _, n in todo), limit if limit is not None else 1 << 62)
+    res, pending = ColumnFill(fields[0].name), []
+    names = [f.name for f in fields]
+    def commit():
+        nonlocal ds
+        if not pending: return
+        parts = _group_by_fragment([t.select(['_rowid', *names]) for t in pending])
+        pending.clear()
+        ds = commit_updates(table, ds, parts)  # another writer's commit meanwhile: rewritten and retried
+        res.fragments, res.commits = res.fragments + len(parts), res.commits + 1
+    def take(t:pa.Table, bar)->bool:
+        "Count `t` in; whether the limit is reached."
+        t = t.slice(0, total - res.filled)
+        pending.append(t)
+        res.filled += t.num_rows
+        for k, v in (fill.tally(t) if fill.tally else {}).items(): res.counts[k] = res.counts.get(k, 0) + v
+        res.seconds = time.perf_counter() - t0
+        bar.update(t.num_rows)
+        bar.set_postfix(rows_s=f'{res.rows_per_s:.1f}')
+        if fill.commit_rows and sum(p.num_rows for p in pending) >= fill.commit_rows: commit()
+        return res.filled >= total
+    with tqdm(total=total, desc=names[0], unit='row', disable=not progress) as bar:
+        if todo and total and engine.is_ray:
+            engine.start()
+            read_at = ds.version  # every span is an offset into the matching rows at this version
+            workers = actors.count or max(engine.workers or 2, 1)
+            for i in range(0, len(todo), workers):
+                items = _spans(todo[i:i + workers], workers, fill.commit_rows)
+                for k in range(0, len(items), workers):
+                    if any(take(t, bar) for t in _ray_wave(table, read_at, items[k:k + workers], fill=fill, flt=flt, actors=actors)): break
+                    commit()
+                else: continue
+                break
+        elif todo and total:
+            for f, _ in todo:
+                if any(take(t, bar) for t in _span_batches(f, fill, flt=flt)): break
+                if not fill.commit_rows: commit()
+    commit()
+    res.version, res.seconds = ds.version, time.perf_counter() - t0
     return res
 
 # %% ../nbs/00c_table.ipynb #f8a7e1ce

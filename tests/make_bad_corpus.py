@@ -1,7 +1,8 @@
 """Regenerate tests/data/bad: one file per kind of bad input, named STATUS__description.ext (the expected status first)."""
 import struct, zlib
 from pathlib import Path
-from prx_nb.core import tiny_image, with_orientation
+from prx_nb.core import with_orientation
+from prx_nb.testing import tiny_image
 
 def png_chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))

@@ -1,7 +1,8 @@
 "The bad-input corpus: one row per file with a reason, no crash, nothing good lost."
 import io, json, tarfile
 import lance, pyarrow as pa, pyarrow.parquet as pq
-from prx_nb.core import STATUS, tiny_image
+from prx_nb.core import STATUS
+from prx_nb.testing import tiny_image
 from prx_nb.ingest import ingest
 
 

@@ -3,7 +3,7 @@ import io, math
 import pytest
 from PIL import Image
 from prx_nb.bucket import TIERS, Bucketer, bucket_sizes, off_grid, trainer_grid, trainer_target, _best_size
-from prx_nb.core import tiny_image
+from prx_nb.testing import tiny_image
 
 
 def kept_as_is(w, h, tier, patch):

@@ -4,8 +4,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import lance
 import pytest
 from conftest import BIN
-from prx_nb.caption import Actors, CaptionSpec, CaptionerError, OpenAICaptioner, caption_table, prepare_image, tiny_vlm
-from prx_nb.core import Engine, tiny_image
+from prx_nb.table import Actors
+from prx_nb.caption import CaptionSpec, CaptionerError, OpenAICaptioner, caption_table, prepare_image
+from prx_nb.testing import tiny_vlm
+from prx_nb.core import Engine
+from prx_nb.testing import tiny_image
 from prx_nb.demo import demo_sources
 from prx_nb.ingest import ingest
 

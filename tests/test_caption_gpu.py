@@ -7,8 +7,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 def test_vllm_captions_the_tiny_model(tmp_path):
-    from prx_nb.caption import CaptionSpec, VLLMCaptioner, prepare_image, tiny_vlm
-    from prx_nb.core import tiny_image
+    from prx_nb.caption import CaptionSpec, VLLMCaptioner, prepare_image
+    from prx_nb.testing import tiny_vlm
+    from prx_nb.testing import tiny_image
     mdir = tiny_vlm(tmp_path / 'tiny')
     c = VLLMCaptioner(mdir, CaptionSpec(mdir, max_new_tokens=16), max_model_len=1024, limit_mm_per_prompt={'image': 1}, enforce_eager=True)
     out = c.caption([prepare_image(tiny_image(320, 240))[0]] * 3)

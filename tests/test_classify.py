@@ -3,7 +3,8 @@ import os, signal, socket, subprocess, time, warnings
 import pyarrow.parquet as pq
 import lance, pandas as pd, pyarrow as pa, pytest
 from conftest import BIN
-from prx_nb.classify import LABELS, ClassifySpec, OpenAIClassifier, caption_set, classify_table, filter_tree, tiny_llm
+from prx_nb.classify import LABELS, ClassifySpec, OpenAIClassifier, caption_set, classify_table, filter_tree
+from prx_nb.testing import tiny_llm
 
 OK_STATUS = ('ok', 'no_caption', 'unparseable', 'empty', 'rejected', 'error')
 
@@ -109,7 +110,8 @@ def test_labels_become_skip_lists_every_reader_honours(tmp_path, demo):
     from prx_nb.explore import add_tags
     from prx_nb.ingest import ingest
     from prx_nb.demo import demo_sources, DemoTruth
-    from prx_nb.mds import write_mds, iter_buckets, bucket_key
+    from prx_nb.mds import write_mds
+    from prx_nb.tree import iter_buckets, bucket_key
     from prx_nb.classify import MiniLMClassifier
     from prx_nb.loader import tree_dataset
     from prx_nb.skips import check_tree

@@ -8,7 +8,7 @@ from prx_nb.demo import demo_sources, DemoTruth
 from prx_nb.ingest import ingest
 from prx_nb.phash import add_phash
 from prx_nb.mds import write_mds
-from prx_nb.skips import read_skips
+from prx_nb.tree import read_skips
 
 
 def test_cli_dedups_a_tree_and_explains_errors(tmp_path, demo):

@@ -6,8 +6,10 @@ from pathlib import Path
 import pyarrow as pa, pyarrow.parquet as pq, pytest
 from prx_nb.demo import demo_sources
 from prx_nb.ingest import ingest
-from prx_nb.mds import write_mds, iter_buckets, bucket_key, ledger_path, SKIP_RECORD, read_ledger
-from prx_nb.skips import skip_ids, optout, check_tree, rewrite, SkipStreamingDataset, read_skips, _add_to_ledger
+from prx_nb.tree import iter_buckets, bucket_key, ledger_path, SKIP_RECORD, read_ledger, read_skips
+from prx_nb.mds import write_mds
+from prx_nb.skips import skip_ids, optout, check_tree, rewrite, _add_to_ledger
+from prx_nb.loader import SkipStreamingDataset
 from prx_nb.dedup import dedup_tree
 from prx_nb.loader import tree_dataset
 
@@ -101,7 +103,7 @@ while time.time() < stop:  # whole files of different sizes, each through a temp
 
 @pytest.mark.slow
 def test_ledger_readers_never_see_a_torn_file_while_it_is_replaced(tmp_path):
-    from prx_nb.mds import read_id_column
+    from prx_nb.tree import read_id_column
     p = tmp_path / 't.lance.optouts.parquet'
     pq.write_table(pa.table({'id': ['a']}), p)
     w = subprocess.Popen([sys.executable, '-c', RACE, str(p), '6'])

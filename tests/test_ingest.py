@@ -2,7 +2,8 @@
 import signal, subprocess, time
 import lance, pytest
 from conftest import BIN
-from prx_nb.core import Engine, tiny_image
+from prx_nb.core import Engine
+from prx_nb.testing import tiny_image
 from prx_nb.demo import demo_sources, DemoTruth
 from prx_nb.ingest import ingest
 

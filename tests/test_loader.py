@@ -4,7 +4,9 @@ from streaming import StreamingDataLoader, StreamingDataset
 from prx_nb.demo import demo_sources
 from prx_nb.ingest import ingest
 from prx_nb.mds import write_mds
-from prx_nb.skips import SkipStreamingDataset, skip_ids, read_skips
+from prx_nb.tree import read_skips
+from prx_nb.skips import skip_ids
+from prx_nb.loader import SkipStreamingDataset
 import pyarrow.parquet as pq
 
 

@@ -6,10 +6,12 @@ from pathlib import Path
 import pyarrow.parquet as pq, pytest
 from streaming import StreamingDataset
 from conftest import BIN
-from prx_nb.core import tiny_image
+from prx_nb.testing import tiny_image
 from prx_nb.ingest import ingest
-from prx_nb.mds import write_mds, iter_buckets, read_optouts, read_ledger
-from prx_nb.skips import SkipStreamingDataset, optout, skip_ids, read_skips
+from prx_nb.tree import iter_buckets, read_optouts, read_ledger, read_skips
+from prx_nb.mds import write_mds
+from prx_nb.skips import optout, skip_ids
+from prx_nb.loader import SkipStreamingDataset
 from prx_nb.dedup import dedup_tree
 
 
@@ -93,7 +95,7 @@ def test_concurrent_optouts_lose_no_acknowledged_id(tree):
 
 
 def test_ids_files_are_read_exactly(tmp_path):
-    from prx_nb.skips import read_ids
+    from prx_nb.tree import read_ids
     p = tmp_path / 'ids.txt'
     p.write_bytes(b' padded id \r\nplain\n')
     assert read_ids(p) == [' padded id ', 'plain']
@@ -280,9 +282,9 @@ def test_concurrent_column_fills_retry_commit_conflicts_and_lose_no_column(tmp_p
     import lance, pyarrow as pa
     t = str(tmp_path / 'c.lance')
     lance.write_dataset(pa.table({'id': [str(i) for i in range(2000)], 'x': list(range(2000))}), t, max_rows_per_file=250)
-    code = ("import sys, time, pyarrow as pa; from prx_nb.table import fill_column\n"
+    code = ("import sys, time, pyarrow as pa; from prx_nb.table import fill_column, Fill\n"
             "def fn(b):\n    time.sleep(0.01); return pa.array([v * 2 for v in b['x'].to_pylist()], pa.int64())\n"
-            "fill_column(sys.argv[1], sys.argv[2], fn, read_columns=['x'], batch_size=50, progress=False)")
+            "fill_column(sys.argv[1], Fill(fn, sys.argv[2], read_columns=['x'], batch_size=50), progress=False)")
     ps = [subprocess.Popen([sys.executable, '-c', code, t, c], stderr=subprocess.PIPE, text=True) for c in 'abc']
     errs = [p.communicate(timeout=300)[1] for p in ps]
     assert all(p.returncode == 0 for p in ps), errs

@@ -3,8 +3,7 @@ import json, os, random, signal, subprocess, time
 import lance, pyarrow.parquet as pq, pytest
 from conftest import BIN
 from prx_nb.pipeline import config_text
-from prx_nb.mds import iter_buckets, bucket_key
-from prx_nb.skips import read_skips
+from prx_nb.tree import iter_buckets, bucket_key, read_skips
 
 
 def config(tmp_path, demo, name, **sections):
@@ -98,7 +97,7 @@ def test_full_disk_is_one_clear_error_and_a_rerun_with_space_finishes(tmp_path, 
         assert 'prx_run: ' in r.stderr and ('No space left' in r.stderr or 'space' in r.stderr) and str(mnt) in r.stderr, r.stderr[-2000:]
         out = mnt / 'out'
         if (out / 'corpus.lance').exists(): lance.dataset(str(out / 'corpus.lance')).count_rows()   # what was committed reads
-        from prx_nb.mds import check_bucket
+        from prx_nb.tree import check_bucket
         if (out / 'mds').exists(): assert all(check_bucket(b) == [] for b in iter_buckets(out / 'mds'))  # finished buckets are sound
         subprocess.run(['mount', '-o', f'remount,size={int(need * 3)}', str(mnt)], check=True)
         r = subprocess.run([str(BIN / 'prx_run'), str(full), '--quiet'], capture_output=True, text=True)

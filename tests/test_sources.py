@@ -6,7 +6,8 @@ from pathlib import Path
 import lance, pyarrow as pa, pyarrow.parquet as pq, pytest
 from PIL import Image
 from conftest import BIN
-from prx_nb.core import Engine, tiny_image
+from prx_nb.core import Engine
+from prx_nb.testing import tiny_image
 from prx_nb.demo import gather_photos
 from prx_nb.ingest import ingest, DiskFullError
 

@@ -8,7 +8,8 @@ from streaming import Stream, StreamingDataset
 from torch.utils.data import DataLoader
 from prx_nb.demo import demo_sources
 from prx_nb.ingest import ingest
-from prx_nb.mds import write_mds, iter_buckets, bucket_key, file_sha1, migrate_tree, bucket_columns, caption_fields
+from prx_nb.tree import iter_buckets, bucket_key, file_sha1
+from prx_nb.mds import write_mds, migrate_tree, bucket_columns, caption_fields
 from prx_nb.skips import skip_ids, optout
 from prx_nb.loader import (tree_dataset, with_skips, batch_report, decode_sample, collate, prx_yaml, prx_locals,
                            prx_dataset, SkipsMixin)

@@ -7,7 +7,8 @@ import pyarrow.parquet as pq, pytest
 from streaming import StreamingDataLoader, StreamingDataset
 from prx_nb.demo import demo_sources
 from prx_nb.ingest import ingest
-from prx_nb.mds import write_mds, iter_buckets, bucket_key
+from prx_nb.tree import iter_buckets, bucket_key
+from prx_nb.mds import write_mds
 from prx_nb.skips import skip_ids, optout, check_tree
 from prx_nb.loader import tree_dataset, collate, decode_sample
 

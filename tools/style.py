@@ -8,7 +8,7 @@ PKG, NBS = ROOT / 'prx_nb', ROOT / 'nbs'
 
 
 def modules():
-    "The exported modules as {name: source}, `_modidx.py` left out."
+    "The package's modules as {name: source} (the hand-written `testing` included), `_modidx.py` left out."
     return {p.stem: p.read_text() for p in sorted(PKG.glob('*.py')) if p.stem not in ('_modidx', '__init__')}
 
 
