@@ -90,7 +90,7 @@ def step(name:str, work:Path)->dict:
         r = dedup_tree(root, progress=False)
         out.update(samples=r.samples, skipped=r.total_skipped, groups=r.groups)
     elif name == 'filter':
-        from prx_nb.classify import filter_tree
+        from prx_nb.skips import filter_tree
         r = filter_tree(root, table, 'label_kind', progress=False)
         out.update(skipped=int(r.buckets.skipped.sum()))
     elif name == 'optout':

@@ -15,9 +15,9 @@ from .stage import Stage, StageRun, RunContext, opt, with_options
 
 # %% auto #0
 __all__ = ['SYSTEM_PROMPT', 'USER_PROMPT', 'PROMPT_VERSION', 'Caption', 'CaptionSpec', 'prepare_image', 'Reply', 'grade_reply',
-           'CaptionerError', 'chat_messages', 'ChatClient', 'check_server', 'ChatResult', 'post_chat',
-           'OpenAICaptioner', 'TransformersCaptioner', 'VLLMCaptioner', 'Backend', 'CaptionBatch', 'CaptionRun',
-           'caption_table', 'prx_caption']
+           'CaptionerError', 'chat_messages', 'local_model_dir', 'vllm_engine', 'check_server', 'ChatResult',
+           'post_chat', 'ChatClient', 'OpenAICaptioner', 'TransformersCaptioner', 'VLLMCaptioner', 'Backend',
+           'CaptionBatch', 'CaptionRun', 'caption_table', 'prx_caption']
 
 # %% ../nbs/06_caption.ipynb #13d72a81
 SYSTEM_PROMPT = (
@@ -164,40 +164,25 @@ def chat_messages(spec:CaptionSpec, image)->list:
     return [dict(role='system', content=[dict(type='text', text=spec.system)]),
             dict(role='user', content=[image, dict(type='text', text=spec.user)])]
 
-# %% ../nbs/06_caption.ipynb #3d4a96e1
-class ChatClient:
-    "An OpenAI-compatible chat server (`vllm serve`, `transformers serve`): one session, its check, retries and requests in flight."
-    def __init__(self,
-                 endpoint:str, # base URL, e.g. http://127.0.0.1:8000/v1
-                 model:str, # the model's name on the server
-                 *,
-                 concurrency:int=Caption.concurrency, # requests in flight
-                 timeout:float=120.0, # seconds per request
-                 retries:int=4, # retries on timeouts, dropped connections, 5xx, 429 and malformed answers
-                 backoff:float=0.5, # seconds before the first retry (doubling after)
-                 api_key:str|None=None, # sent as a bearer token
-                 check:bool=True, # ask the server now whether it serves `model`
-                ):
-        import requests
-        self.endpoint, self.model, self.concurrency = endpoint.rstrip('/'), model, concurrency
-        self.timeout, self.retries, self.backoff = timeout, retries, backoff
-        self.session = requests.Session()
-        if api_key: self.session.headers['Authorization'] = f'Bearer {api_key}'
-        if check: self.check()
+def local_model_dir(model_dir:str, # a local model directory
+                   )->str:
+    "`model_dir`, once it holds a model (`CaptionerError` otherwise: nothing is ever downloaded); Hugging Face kept offline."
+    import os
+    from pathlib import Path
+    if not (Path(model_dir) / 'config.json').exists():
+        raise CaptionerError(f'{model_dir} is not a model directory (no config.json); '
+                             'prx_nb never downloads weights: pass a local path')
+    os.environ.setdefault('HF_HUB_OFFLINE', '1')
+    return str(model_dir)
 
-    def check(self):
-        "Raise `CaptionerError`, saying what to do, unless the server serves `model`."
-        check_server(self.session, self.endpoint, model=self.model, timeout=self.timeout)
-
-    def post(self, body:dict)->ChatResult:
-        "One streamed chat completion (`body` without the model), retrying transient failures."
-        return post_chat(self.session, self.endpoint, dict(model=self.model) | body, retries=self.retries,
-                         backoff=self.backoff, timeout=self.timeout)
-
-    def map(self, fn, items:list)->list:
-        "`fn` of every item, in order, `concurrency` at a time (`fn` posts one request each)."
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(self.concurrency) as ex: return list(ex.map(fn, items))
+def vllm_engine(model:str, # a model name or local directory, as `vllm.LLM` takes it
+                **engine_kw): # `vllm.LLM` arguments
+    "(vLLM's in-process engine for `model`, vLLM's `SamplingParams`); `CaptionerError` saying what to do where vLLM is missing."
+    try: from vllm import LLM, SamplingParams
+    except ImportError:
+        raise CaptionerError('vLLM is not installed here: install it in a GPU environment (pip install vllm), '
+                             'or use the openai backend against `vllm serve`') from None
+    return LLM(model=model, **engine_kw), SamplingParams
 
 # %% ../nbs/06_caption.ipynb #6c4da138
 def check_server(session, # a `requests.Session` (carrying the API key, if any)
@@ -286,6 +271,41 @@ def post_chat(session, # a `requests.Session`
             last = f'{type(e).__name__}: {str(e)[:200]}'
     return ChatResult('error', reason=f'gave up after {retries + 1} attempts: {last}')
 
+# %% ../nbs/06_caption.ipynb #3d4a96e1
+class ChatClient:
+    "An OpenAI-compatible chat server (`vllm serve`, `transformers serve`): one session, its check, retries and requests in flight."
+    def __init__(self,
+                 endpoint:str, # base URL, e.g. http://127.0.0.1:8000/v1
+                 model:str, # the model's name on the server
+                 *,
+                 concurrency:int=Caption.concurrency, # requests in flight
+                 timeout:float=120.0, # seconds per request
+                 retries:int=4, # retries on timeouts, dropped connections, 5xx, 429 and malformed answers
+                 backoff:float=0.5, # seconds before the first retry (doubling after)
+                 api_key:str|None=None, # sent as a bearer token
+                 check:bool=True, # ask the server now whether it serves `model`
+                ):
+        import requests
+        self.endpoint, self.model, self.concurrency = endpoint.rstrip('/'), model, concurrency
+        self.timeout, self.retries, self.backoff = timeout, retries, backoff
+        self.session = requests.Session()
+        if api_key: self.session.headers['Authorization'] = f'Bearer {api_key}'
+        if check: self.check()
+
+    def check(self):
+        "Raise `CaptionerError`, saying what to do, unless the server serves `model`."
+        check_server(self.session, self.endpoint, model=self.model, timeout=self.timeout)
+
+    def post(self, body:dict)->ChatResult:
+        "One streamed chat completion (`body` without the model), retrying transient failures."
+        return post_chat(self.session, self.endpoint, dict(model=self.model) | body, retries=self.retries,
+                         backoff=self.backoff, timeout=self.timeout)
+
+    def map(self, fn, items:list)->list:
+        "`fn` of every item, in order, `concurrency` at a time (`fn` posts one request each)."
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(self.concurrency) as ex: return list(ex.map(fn, items))
+
 # %% ../nbs/06_caption.ipynb #9cc6f6ee
 class OpenAICaptioner:
     "Caption through an OpenAI-compatible server."
@@ -320,13 +340,9 @@ class TransformersCaptioner:
                  batch_size:int=8, # images per generate call
                  dtype:str|None=None, # e.g. 'bfloat16' on a GPU; default: the model's own
                 ):
-        import os, torch
-        from pathlib import Path
+        import torch
         from transformers import AutoProcessor, AutoModelForImageTextToText
-        if not (Path(model_dir) / 'config.json').exists():
-            raise CaptionerError(f'{model_dir} is not a model directory (no config.json); '
-                                 'prx_nb never downloads weights: pass a local path')
-        os.environ.setdefault('HF_HUB_OFFLINE', '1')
+        local_model_dir(model_dir)
         self.spec, self.device, self.batch_size = spec or CaptionSpec(str(model_dir)), device, batch_size
         self.processor = AutoProcessor.from_pretrained(model_dir)
         self.processor.tokenizer.padding_side = 'left'
@@ -375,14 +391,9 @@ class VLLMCaptioner:
                  model:str, # a model name or local directory, as `vllm.LLM` takes it
                  spec:CaptionSpec|None=None, # prompts and sampling (default: named after `model`)
                  **engine_kw): # `vllm.LLM` arguments (max_model_len, limit_mm_per_prompt, ...)
-        try: from vllm import LLM, SamplingParams
-        except ImportError:
-            raise CaptionerError('vLLM is not installed here: install it in a GPU environment '
-                                 '(pip install vllm), or use the openai backend against `vllm serve`'
-                                 ) from None
+        self.llm, params = vllm_engine(model, **engine_kw)
         self.spec = spec or CaptionSpec(model)
-        self.llm = LLM(model=model, **engine_kw)
-        self.params = SamplingParams(max_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature)
+        self.params = params(max_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature)
 
     def caption(self, images:list)->list:
         "Replies for prepared JPEGs: one `LLM.chat` call over the batch."

@@ -8,13 +8,12 @@ import hashlib, math
 from dataclasses import dataclass, asdict, field
 from typing import ClassVar
 from importlib.resources import files
-from pathlib import Path
 import numpy as np, pandas as pd, pyarrow as pa
 from .core import call_parse
 from .embed import shared_minilm, MiniLM
 from .table import add_columns, Fill, fill_column
 from .explore import search
-from .caption import CaptionerError, ChatClient, Caption
+from .caption import CaptionerError, ChatClient, Caption, local_model_dir, vllm_engine
 from .stage import Stage, StageRun, RunContext, opt, with_options
 
 # %% auto #0
@@ -210,12 +209,9 @@ class TransformersClassifier:
                  batch_size:int=8, # captions per forward pass (each with every label)
                  dtype:str|None=None, # e.g. 'bfloat16' on a GPU; default: the model's own
                 ):
-        import os, torch
+        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
-        if not (Path(model_dir) / 'config.json').exists():
-            raise CaptionerError(f'{model_dir} is not a model directory (no config.json); '
-                                 'prx_nb never downloads weights: pass a local path')
-        os.environ.setdefault('HF_HUB_OFFLINE', '1')
+        local_model_dir(model_dir)
         self.spec, self.device, self.batch_size = spec or ClassifySpec(str(model_dir)), device, batch_size
         self.labels, self.torch = self.spec.labels, torch
         self.tok = AutoTokenizer.from_pretrained(model_dir)
@@ -332,14 +328,10 @@ class VLLMClassifier:
                  model:str, # a model name or local directory, as `vllm.LLM` takes it
                  spec:ClassifySpec|None=None, # prompts and labels (default: named after `model`)
                  **engine_kw): # `vllm.LLM` arguments (max_model_len, gpu_memory_utilization, ...)
-        try: from vllm import LLM, SamplingParams
-        except ImportError:
-            raise CaptionerError('vLLM is not installed here: install it in a GPU environment (pip install vllm), '
-                                 'or use the openai backend against `vllm serve`') from None
+        self.llm, params = vllm_engine(model, **engine_kw)
         self.spec = spec or ClassifySpec(model)
         self.labels = self.spec.labels
-        self.llm = LLM(model=model, **engine_kw)
-        self.params = SamplingParams(max_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature,
+        self.params = params(max_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature,
                                      logprobs=1, **_vllm_choice(self.labels))
 
     def meta(self)->dict:

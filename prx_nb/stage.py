@@ -121,6 +121,15 @@ class Stage:
         return [f'\n[{self.section}]'] + [f'{k} = {toml_value(v)}'.ljust(32) + f'  # {helps[k]}' for k, v in asdict(self).items()]
 
 # %% ../nbs/00f_stage.ipynb #5a1e0c07
+class _Flag(Param):
+    "A `Param` that `anno_parser` can read more than once (fastcore's own appends the default to its help at every read)."
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self._first = dict(help=self.help, type=self.type, action=self.action, default=self.default, negated=self.negated)
+    def set_default(self, d):
+        self.__dict__.update(self._first)
+        super().set_default(d)
+
 def with_options(cls:type, # a `Stage` subclass: its options become the script's flags
                  skip:tuple=('enabled',), # options that are not flags
                 ):
@@ -133,7 +142,7 @@ def with_options(cls:type, # a `Stage` subclass: its options become the script's
         for k, (d, h) in cls.options().items():
             if k in skip or k in taken: continue
             t = str if isinstance(d, list) else bool_arg if d is True else type(d)  # a flag on by default takes true/false
-            extra.append(inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, annotation=Param(h, t),
+            extra.append(inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, annotation=_Flag(h, t),
                                            default=','.join(map(str, d)) if isinstance(d, list) else d))
         func.__signature__ = sig.replace(parameters=own + extra)
         func.__options__ = cls

@@ -120,12 +120,14 @@ def source(tmp_path):
 
 
 def test_config_patch_is_passed_and_checked(tmp_path, source):
-    from prx_nb.pipeline import CONFIG, config_text, load_config, _bucketer
+    from prx_nb.pipeline import CONFIG, config_text, load_config
+    from prx_nb.mds import WriteMDS
     assert CONFIG['mds']['patch'][0] == 0 and 'patch = 0' in config_text()
     c = load_config({'ingest': {'sources': [source]}})
-    assert c['mds']['patch'] == 0 and _bucketer(c['mds']).buckets == Bucketer(c['mds']['tiers']).buckets
+    assert c['mds']['patch'] == 0 and WriteMDS(**c['mds']).bucketer().buckets == Bucketer(c['mds']['tiers']).buckets
     c = load_config({'ingest': {'sources': [source]}, 'mds': {'patch': 32, 'tiers': [512, 1024, 2048]}})
-    assert _bucketer(c['mds']).patch == 32 and _bucketer(c['mds']).buckets[1024] == bucket_sizes(1024, patch=32)
+    bucketer = WriteMDS(**c['mds']).bucketer()
+    assert bucketer.patch == 32 and bucketer.buckets[1024] == bucket_sizes(1024, patch=32)
     # a TOML file, as prx_run reads it
     p = tmp_path / 'run.toml'
     p.write_text(config_text({'ingest': {'sources': [source]}, 'mds': {'patch': 32, 'tiers': [1000, 1024]}}))

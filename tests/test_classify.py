@@ -3,7 +3,8 @@ import os, signal, socket, subprocess, time, warnings
 import pyarrow.parquet as pq
 import lance, pandas as pd, pyarrow as pa, pytest
 from conftest import BIN
-from prx_nb.classify import LABELS, ClassifySpec, OpenAIClassifier, caption_set, classify_table, filter_tree
+from prx_nb.classify import LABELS, ClassifySpec, OpenAIClassifier, caption_set, classify_table
+from prx_nb.skips import filter_tree
 from prx_nb.testing import tiny_llm
 
 OK_STATUS = ('ok', 'no_caption', 'unparseable', 'empty', 'rejected', 'error')
