@@ -55,14 +55,14 @@ class Classify(Stage):
     caption_column: str = opt('', "the caption read (empty: the tree's caption in a run)")
     name: str = opt('kind', 'the columns are label_<name>, label_<name>_score and label_<name>_status')
     labels: list = opt(list(LABELS), 'the labels the answer is constrained to')
-    examples: str = opt('', 'minilm: a CSV of caption,label[,split] to calibrate on (empty: the shipped set)')
-    batch_size: int = opt(1024, 'captions per classifier call')
-    commit_rows: int = opt(4096, 'rows per write-back commit (what a kill can lose)')
-    concurrency: int = opt(32, 'openai: requests in flight')
-    device: str = opt('cpu', 'transformers: cpu or cuda')
-    retry_failed: bool = opt(False, 'also redo rows left without a label')
-    replace: bool = opt(False, 'drop the label columns and label every row again')
-    where: str = opt('', 'only rows where this SQL holds (empty: every usable row)')
+    examples: str = opt('', 'minilm: a CSV of caption,label[,split] to calibrate on (empty: the shipped set)', new=True)
+    batch_size: int = opt(1024, 'captions per classifier call', new=True)
+    commit_rows: int = opt(4096, 'rows per write-back commit (what a kill can lose)', new=True)
+    concurrency: int = opt(32, 'openai: requests in flight', new=True)
+    device: str = opt('cpu', 'transformers: cpu or cuda', new=True)
+    retry_failed: bool = opt(False, 'also redo rows left without a label', new=True)
+    replace: bool = opt(False, 'drop the label columns and label every row again', new=True)
+    where: str = opt('', 'only rows where this SQL holds (empty: every usable row)', new=True)
 
     def classifier(self):
         "The classifier these options name; `ValueError` for a bad combination."
@@ -92,7 +92,7 @@ class Classify(Stage):
 
     def key(self, ctx:RunContext)->list:
         "Its options and the caption it reads."
-        return [asdict(self), ctx.classify_column]
+        return [self.key_options(), ctx.classify_column]
 
     def run(self, ctx:RunContext)->StageRun:
         "The [classify] stage of a run: it reads the run's caption (`ctx.classify_column`)."

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import errno, hashlib, json, os, warnings
 from collections import Counter
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, ClassVar
 from fastcore.basics import patch
@@ -280,9 +280,9 @@ class Ingest(Stage):
     embeddings: str = opt('', 'a Parquet side table of id + embedding to join (empty: none)')
     caption_column: str = opt('', "read every source's captions from this field (empty: each layout's rule)")
     retry_failed: bool = opt(False, 're-read rows that failed even when their bytes did not change')
-    rows_per_fragment: int = opt(1 << 20, 'most rows per Lance fragment')
-    commit_rows: int = opt(100_000, 'rows per commit (a killed run loses at most this much reading)')
-    max_pixels: int = opt(MAX_PIXELS, 'refuse images declaring more pixels (decompression-bomb guard)')
+    rows_per_fragment: int = opt(1 << 20, 'most rows per Lance fragment', new=True)
+    commit_rows: int = opt(100_000, 'rows per commit (a killed run loses at most this much reading)', new=True)
+    max_pixels: int = opt(MAX_PIXELS, 'refuse images declaring more pixels (decompression-bomb guard)', new=True)
 
 # %% ../nbs/01_ingest.ipynb #45f56ad5
 def ingest(table:str|Path, # path or URI of the Lance table (created if missing)
@@ -441,7 +441,7 @@ def check(self:Ingest, bad):
 @patch
 def key(self:Ingest, ctx:RunContext)->list:
     "Its options, and what the sources hold now (a changed source is read again)."
-    return [asdict(self), sources_digest(self.sources)]
+    return [self.key_options(), sources_digest(self.sources)]
 
 @patch
 def run(self:Ingest, ctx:RunContext)->StageRun:

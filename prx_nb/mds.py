@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, os, shutil, socket, sys, time
 from collections import Counter
 import dataclasses
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field
 from typing import ClassVar
 from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq  # Lance is imported where a table is read: streaming needs none
@@ -352,7 +352,7 @@ class WriteMDS(Stage):
     where: str = opt('', 'only rows where this SQL holds (empty: all usable rows)')
     tiers: list = opt(list(TIERS), 'resolution tiers (about tier^2 pixels each)')
     patch: int = opt(0, "the trainer's patch size in pixels, e.g. 32 for PRX at 1024: buckets on its ArAwareResize grid "
-                        '(0: off; it must divide every tier)')
+                        '(0: off; it must divide every tier)', new=True)
     max_upscale: float = opt(MAX_UPSCALE, 'never upscale by more than this per side')
     quality: int = opt(92, 'JPEG quality')
     shard_bytes: int = opt(128 << 20, 'MDS shard size limit (the post used ~128 MB; MDS defaults to 64 MB)')
@@ -365,7 +365,7 @@ class WriteMDS(Stage):
 
     def tree_options(self)->dict:
         "The options that make the tree: `patch` only when set (trees written before it had none, and stay as they are)."
-        return {k: v for k, v in asdict(self).items() if not (k == 'patch' and not v)}
+        return self.key_options()
 
     def check(self, bad):
         "Tiers, patch, part and shard sizes the writer can use, and a `where` that parses as SQL."

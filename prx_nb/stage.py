@@ -17,11 +17,13 @@ __all__ = ['opt', 'StageRun', 'RunContext', 'toml_value', 'Stage', 'with_options
 # %% ../nbs/00f_stage.ipynb #5a1e0c02
 def opt(default, # the option's default (a list or dict is copied for each instance)
         help:str, # one line: what the option does
+        *,
+        new:bool=False, # added after run folders were written: in a run's key only when set, so those folders still resume
        ):
     "A stage option: a dataclass field carrying its default and its one-line help."
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata=dict(help=help))
-    return field(default=default, metadata=dict(help=help))
+    meta = dict(help=help, new=new)
+    if isinstance(default, (list, dict)): return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return field(default=default, metadata=meta)
 
 # %% ../nbs/00f_stage.ipynb #5a1e0c03
 @dataclass
@@ -107,9 +109,14 @@ class Stage:
         "Whether the stage runs in this run (the default: its `enabled` option, or always)."
         return getattr(self, 'enabled', True)
 
+    def key_options(self)->dict:
+        "The options as a run's key holds them: every one, but a `new` one only when it is set."
+        new = {f.name: _default(f) for f in fields(self) if f.metadata.get('new')}
+        return {k: v for k, v in asdict(self).items() if not (k in new and v == new[k])}
+
     def key(self, ctx:RunContext)->list:
         "What decides whether a finished run of this stage still holds (the default: its options)."
-        return [asdict(self)]
+        return [self.key_options()]
 
     def run(self, ctx:RunContext)->StageRun:
         "Run the stage; what it did."
