@@ -96,6 +96,12 @@ class TreeDedup:
     no_fingerprint: dict[str, str] = field(default_factory=dict) # id → why it has no fingerprint (it is kept)
     @property
     def total_skipped(self)->int: return sum(self.skipped.values())
+    @property
+    def skipped_per_tier(self)->dict:
+        "Tier -> samples skipped as dedup."
+        out = {}
+        for k, n in self.skipped.items(): out[k.split('/')[0]] = out.get(k.split('/')[0], 0) + int(n)
+        return out
 
 # %% ../nbs/09_dedup.ipynb #b8cc89d9
 def _write_manifest(path:Path, t:pa.Table):
@@ -182,10 +188,8 @@ class Dedup(Stage):
     def run(self, ctx:RunContext)->StageRun:
         "The [dedup] stage of a run, over its tree, taking missing fingerprints from its table."
         r = dedup_tree(ctx.mds, radius=self.radius, table=ctx.table, progress=ctx.progress)
-        tiers = Counter()
-        for k, n in r.skipped.items(): tiers[k.split('/')[0]] += int(n)
         return StageRun('dedup', 'ran', rows_in=r.samples, rows_out=r.samples - r.total_skipped, reasons=dict(dedup=r.total_skipped),
-                        outputs=dict(skipped_per_tier=dict(tiers), groups=r.groups, without_fingerprint=len(r.no_fingerprint)))
+                        outputs=dict(skipped_per_tier=r.skipped_per_tier, groups=r.groups, without_fingerprint=len(r.no_fingerprint)))
 
 # %% ../nbs/09_dedup.ipynb #1cf1137a
 def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
@@ -241,9 +245,7 @@ def prx_dedup(mds:str=None, # root of an MDS tree written by prx_nb (required)
         r = dedup_tree(mds, radius=radius, table=table, progress=not quiet)
     except ValueError as e: raise SystemExit(f'prx_dedup: {e}') from None
     for b, n in r.skipped.items(): print(f'{b:>16}  {n:>7,} skipped as dedup')
-    tiers = Counter()
-    for b, n in r.skipped.items(): tiers[b.split('/')[0]] += n
-    per_tier = ', '.join(f'{t}: {n:,}' for t, n in sorted(tiers.items(), key=lambda x: int(x[0])))
+    per_tier = ', '.join(f'{t}: {n:,}' for t, n in sorted(r.skipped_per_tier.items(), key=lambda x: int(x[0])))
     print('per tier: ' + (per_tier or 'nothing skipped'))
     print(f'{r.total_skipped:,} of {r.samples:,} samples skipped in {r.groups:,} groups of copies '
           f'(radius {radius}); {r.computed:,} fingerprints computed now; '

@@ -13,7 +13,7 @@ from typing import ClassVar
 import lance, pandas as pd, pyarrow.parquet as pq
 from .demo import build_demo, demo_sources, DemoTruth
 from .table import compact, sweep_leftovers
-from .stage import Stage, StageRun, RunContext, opt, toml_value
+from .stage import Stage, StageRun, RunContext, opt
 from .ingest import Ingest
 from .profile import Profile
 from .phash import Phash
@@ -66,11 +66,9 @@ def config_text(values:dict|None=None, # section -> key -> value to write instea
                )->str:
     "The configuration as commented TOML: the defaults, or `values` where given."
     out = ['# prx_run configuration: every key with its default. Delete what you do not change.']
-    for sec, keys in CONFIG.items():
-        out.append(f'\n[{sec}]')
-        for k, (default, why) in keys.items():
-            v = (values or {}).get(sec, {}).get(k, default)
-            out.append(f'{k} = {toml_value(v)}'.ljust(32) + f'  # {why}')
+    for s in SECTIONS:  # values are written as given, unchecked: load_config checks them
+        given = (values or {}).get(s.section, {})
+        out += s(**{k: given[k] for k in s.options() if k in given}).toml()
     return '\n'.join(out) + '\n'
 
 # %% ../nbs/11_pipeline.ipynb #c533f2f2

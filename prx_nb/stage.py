@@ -152,6 +152,5 @@ def with_options(cls:type, # a `Stage` subclass: its options become the script's
             extra.append(inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, annotation=_Flag(h, t),
                                            default=','.join(map(str, d)) if isinstance(d, list) else d))
         func.__signature__ = sig.replace(parameters=own + extra)
-        func.__options__ = cls
         return func
     return deco

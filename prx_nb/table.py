@@ -13,9 +13,9 @@ from .core import call_parse, Engine, as_engine
 
 # %% auto #0
 __all__ = ['HTTP_TRIES', 'HTTP_TIMEOUT', 'IMAGE_SCAN', 'open_table', 'sql_str', 'sql_in', 'read_path', 'image_bytes',
-           'owned_copy', 'commit_updates', 'add_columns', 'write_back', 'Fill', 'fill_batch', 'Actors', 'ColumnFill',
-           'fill_column', 'FragmentHealth', 'fragment_health', 'check_fragments', 'compact', 'prx_compact',
-           'sweep_leftovers']
+           'owned_copy', 'commit_updates', 'add_columns', 'group_by_fragment', 'write_back', 'Fill', 'fill_batch',
+           'Actors', 'ColumnFill', 'fill_column', 'FragmentHealth', 'fragment_health', 'check_fragments', 'compact',
+           'prx_compact', 'sweep_leftovers']
 
 # %% ../nbs/00c_table.ipynb #72ea3b80
 _SESSIONS = {}
@@ -137,14 +137,20 @@ def add_columns(table:str, # the Lance table
     return _retry_conflicts(attempt, tries)
 
 # %% ../nbs/00c_table.ipynb #927b6ec8
+def group_by_fragment(ts:list, # Arrow tables with `_rowid` (from a scan `with_row_id=True`)
+                     )->list:
+    "(fragment id, rows) per fragment, in order: a row id holds its fragment in its high 32 bits."
+    t = pa.concat_tables(ts)
+    frag = pc.shift_right(t['_rowid'].cast(pa.uint64()), 32)
+    return [(fid, t.filter(pc.equal(frag, fid))) for fid in pc.unique(frag).to_pylist()]
+
 def write_back(table:str, # the Lance table
                rows:pa.Table, # `_rowid` (from a scan `with_row_id=True`) and the columns to set
               )->int:
     "Set columns of the rows named by `_rowid`; the new version."
     ds = add_columns(table, [rows.schema.field(c) for c in rows.column_names if c != '_rowid'])  # missing ones: all null
-    frag = pc.shift_right(rows['_rowid'].cast(pa.uint64()), 32)
-    updates = [(fid, rows.filter(pc.equal(frag, fid))) for fid in pc.unique(frag).to_pylist()]
-    return commit_updates(table, ds, updates).version if updates else ds.version
+    if not rows.num_rows: return ds.version
+    return commit_updates(table, ds, group_by_fragment([rows])).version
 
 # %% ../nbs/00c_table.ipynb #8b0b204a
 @dataclass(frozen=True)
@@ -251,12 +257,6 @@ class ColumnFill:
     def rows_per_s(self)->float: return self.filled / self.seconds if self.seconds else 0.0
 
 # %% ../nbs/00c_table.ipynb #6c6d70bf
-def _group_by_fragment(ts:list)->list:
-    "(fragment id, rows) per fragment of filled tables, in order: the fragment is the row id's high 32 bits."
-    t = pa.concat_tables(ts)
-    frag = pc.shift_right(t['_rowid'], 32)
-    return [(fid, t.filter(pc.equal(frag, fid))) for fid in pc.unique(frag).to_pylist()]
-
 def fill_column(table:str, # the Lance table
                 fill:Fill, # what to compute, from what, into which columns
                 *,
@@ -278,7 +278,7 @@ def fill_column(table:str, # the Lance table
     def commit():
         nonlocal ds
         if not pending: return
-        parts = _group_by_fragment([t.select(['_rowid', *names]) for t in pending])
+        parts = group_by_fragment([t.select(['_rowid', *names]) for t in pending])
         pending.clear()
         ds = commit_updates(table, ds, parts)  # another writer's commit meanwhile: rewritten and retried
         res.fragments, res.commits = res.fragments + len(parts), res.commits + 1
