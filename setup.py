@@ -19,6 +19,14 @@ reqs = lambda key: shlex.split(cfg.get(key, ''))
 min_python = cfg['min_python']
 lic = licenses.get(cfg['license'].lower(), (cfg['license'], None))
 
+# the core (`pip install prx_nb`) is what a training node needs: the loader, skip lists and the tree's file layout;
+# each machine adds the extras for its work. `all` is every extra that installs beside the others: vLLM pins its own
+# torch and transformers 5, so a captioning node installs `prx_nb[build,vllm]` in an environment of its own.
+MACHINE_EXTRAS = 'build ray models notebook vllm'.split()
+extras = {e: reqs(f'{e}_requirements') for e in MACHINE_EXTRAS}
+extras['all'] = sorted({r for e in MACHINE_EXTRAS if e != 'vllm' for r in extras[e]})
+extras.update(dev=reqs('dev_requirements'), bench=reqs('bench_requirements'))
+
 setuptools.setup(
     name = cfg['lib_name'],
     license = lic[0],
@@ -31,7 +39,7 @@ setuptools.setup(
     packages = setuptools.find_packages(include=['prx_nb', 'prx_nb.*']),
     include_package_data = True,
     install_requires = reqs('requirements'),
-    extras_require = {'dev': reqs('dev_requirements'), 'bench': reqs('bench_requirements')},
+    extras_require = extras,
     dependency_links = cfg.get('dep_links','').split(),
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding='utf-8').read(),

@@ -11,7 +11,7 @@ from itertools import combinations
 from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from tqdm.auto import tqdm
-from .core import call_parse
+from .core import call_parse, needs_extra
 from .phash import phash, hamming, add_phash
 from .tree import iter_buckets, bucket_key, check_bucket, refuse_damaged, sweep_tmp, read_optouts, set_skips, skip_shards
 from .mds import iter_bucket
@@ -19,6 +19,9 @@ from .stage import Stage, StageRun, RunContext, opt, with_options
 
 # %% auto #0
 __all__ = ['keep_best', 'near_pairs', 'dedup_keep', 'TreeDedup', 'tree_fingerprints', 'Dedup', 'dedup_tree', 'prx_dedup']
+
+# %% ../nbs/09_dedup.ipynb #cef17540
+needs_extra('prx_nb.dedup', 'build')   # importing this module without it says what to install
 
 # %% ../nbs/09_dedup.ipynb #44d722d1
 def _best_first(pixels, nbytes, rank)->list:

@@ -10,12 +10,15 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 from fastcore.basics import patch
-from .core import with_orientation, call_parse, open_rgb
+from .core import with_orientation, call_parse, open_rgb, needs_extra
 
 # %% auto #0
 __all__ = ['PACKAGE_PHOTOS', 'OPENCV_PHOTOS', 'OPENCV_TEXT', 'DEBIAN', 'cache_dir', 'gather_photos', 'prx_photos',
            'render_text_image', 'baseline_caption', 'DemoTruth', 'build_demo', 'demo_sources', 'prx_demo_sources',
            'tree_digest', 'photo_tiles']
+
+# %% ../nbs/00b_demo.ipynb #985b679f
+needs_extra('prx_nb.demo', 'build')   # importing this module without it says what to install
 
 # %% ../nbs/00b_demo.ipynb #4fce592c
 def cache_dir()->Path:

@@ -13,7 +13,7 @@ from fastcore.basics import patch
 import pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from fastcore.script import Param
 from tqdm.auto import tqdm
-from .core import probe_image, MAX_PIXELS, call_parse, Engine, as_engine
+from .core import probe_image, MAX_PIXELS, call_parse, Engine, as_engine, needs_extra
 from .table import open_table, write_back, check_fragments, add_columns
 from .sources import Source, Task, parse_source, plan_source, read_items, source_files
 from .stage import Stage, StageRun, RunContext, opt, with_options
@@ -21,6 +21,9 @@ from .stage import Stage, StageRun, RunContext, opt, with_options
 # %% auto #0
 __all__ = ['SCHEMA', 'META_COLUMNS', 'make_row', 'read_task', 'DiskFullError', 'existing_ids', 'existing_rows', 'EmbeddingsJoin',
            'IngestSummary', 'Ingest', 'ingest', 'attach_embeddings', 'print_summary', 'prx_ingest', 'sources_digest']
+
+# %% ../nbs/01_ingest.ipynb #1d2c6c29
+needs_extra('prx_nb.ingest', 'build')   # importing this module without it says what to install
 
 # %% ../nbs/01_ingest.ipynb #b7381373
 SCHEMA = pa.schema([

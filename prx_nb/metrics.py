@@ -9,13 +9,16 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
-from .core import call_parse
+from .core import call_parse, needs_extra
 from .embed import InceptionEmbedder, HFEmbedder, register_offline_inception
 
 # %% auto #0
 __all__ = ['LPIPS_BACKBONES', 'IMAGE_SUFFIXES', 'psnr', 'lpips_model', 'lpips_distance', 'mmd', 'embed_folder',
            'frechet_distance', 'fid_folders', 'checkpoint_metrics', 'plot_checkpoint_metrics', 'prx_ablation',
            'standard_tables', 'jpeg_quality', 'jpeg_structure']
+
+# %% ../nbs/13_metrics.ipynb #43560690
+needs_extra('prx_nb.metrics', 'models')   # importing this module without it says what to install
 
 # %% ../nbs/13_metrics.ipynb #a59b0445
 def psnr(a:Image.Image, b:Image.Image)->float:

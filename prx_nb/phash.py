@@ -10,13 +10,16 @@ from typing import ClassVar
 import io
 import numpy as np, pyarrow as pa
 from PIL import Image
-from .core import probe_image, open_rgb, ImageInfo, Engine
+from .core import probe_image, open_rgb, ImageInfo, Engine, needs_extra
 from .table import fill_column, Fill, ColumnFill, image_bytes
 from .stage import Stage, StageRun, RunContext, opt
 
 # %% auto #0
 __all__ = ['COPY_KINDS', 'NEGATIVE_KINDS', 'luma_thumbnail', 'fingerprints', 'hamming', 'phash', 'phash_many', 'add_phash',
            'Phash', 'labelled_copies', 'pair_truth', 'precision_recall']
+
+# %% ../nbs/04_phash.ipynb #6f8eacc6
+needs_extra('prx_nb.phash', 'build')   # importing this module without it says what to install
 
 # %% ../nbs/04_phash.ipynb #02be82aa
 def _orient(a:np.ndarray, o:int)->np.ndarray:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import hashlib, json, os, time, warnings
 from fastcore.script import Param
-from .core import call_parse, Engine
+from .core import call_parse, Engine, needs_extra
 from dataclasses import dataclass, asdict
 from pathlib import Path
 from typing import ClassVar
@@ -28,6 +28,9 @@ from .skips import Filter, Optout
 # %% auto #0
 __all__ = ['SECTIONS', 'STAGES', 'CONFIG', 'RunOptions', 'Compact', 'config_text', 'load_config', 'RunState', 'RunSummary',
            'run_pipeline', 'demo_config', 'DemoRun', 'run_demo', 'check_demo', 'prx_run', 'prx_demo']
+
+# %% ../nbs/11_pipeline.ipynb #d69a6a5b
+needs_extra('prx_nb.pipeline', 'build')   # importing this module without it says what to install
 
 # %% ../nbs/11_pipeline.ipynb #013e219b
 @dataclass

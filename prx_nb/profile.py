@@ -8,13 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 import numpy as np, pandas as pd
-from .core import call_parse
+from .core import call_parse, needs_extra
 from .stage import Stage, StageRun, RunContext, opt
 from .bucket import TIERS, MAX_UPSCALE, AR_RANGE, tier_floor, assign_tiers
 
 # %% auto #0
 __all__ = ['PROFILE_COLUMNS', 'duckdb_connection', 'query_frame', 'profile_batches', 'profile_frame', 'drop_table',
            'plot_resolution', 'plot_aspect', 'write_report', 'Profile', 'prx_profile']
+
+# %% ../nbs/03_profile.ipynb #52ef76a0
+needs_extra('prx_nb.profile', 'build')   # importing this module without it says what to install
 
 # %% ../nbs/03_profile.ipynb #149a072b
 def duckdb_connection(table:str|Path, # path or URI of the Lance table

@@ -64,6 +64,10 @@ def _prepare(nb):
             c.metadata.setdefault('tags', [])
             if opts.get('echo') == 'false': c.metadata['tags'].append('remove_input')
             if opts.get('output') == 'false': c.metadata['tags'].append('remove_output')
+            if opts.get('code-fold') in ('true', 'show') and opts.get('echo') != 'false':   # Quarto's folded code
+                c.metadata['tags'].append('remove_input')
+                c.outputs = [dict(output_type='display_data', metadata={}, data={'text/html': _folded(c.source, opts['code-fold'])})] \
+                            + list(c.get('outputs', []))
             for o in c.get('outputs', []):
                 if 'text/markdown' in o.get('data', {}):
                     md = o['data']['text/markdown']
@@ -71,6 +75,41 @@ def _prepare(nb):
         keep.append(c)
     nb.cells = keep
     return nb
+
+
+def _folded(source:str, how:str)->str:
+    "A cell's code as Quarto folds it: a closed (or, with `code-fold: show`, open) `<details>` headed 'Code'."
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
+    code = highlight(source, PythonLexer(), HtmlFormatter(cssclass='highlight'))
+    return f'<details class="code-fold"{" open" if how == "show" else ""}><summary>Code</summary>{code}</details>'
+
+
+FOLD = re.compile(r'<details class="code-fold".*?</details>', re.S)
+MAX_CODE_LINES = 10
+
+
+def code_before_results(page:str)->list:
+    """[(heading, lines)]: for the top of a rendered page and each heading on it, the lines of code shown before the
+    first result under it: a cell's output or a `show_doc` entry. Folded code (`#| code-fold: true`) is not counted."""
+    body = page[page.find('<main'):] if '<main' in page else page
+    token = re.compile(r'<details class="code-fold".*?</details>'                                    # folded: not shown
+                       r'|<h([23])[^>]*>(.*?)</h\1>'                                                  # a heading
+                       r'|<div class="input_area">.*?<pre>(.*?)</pre>|<pre class="sourceCode[^"]*"[^>]*>(.*?)</pre>'  # code
+                       r'|(output_subarea|class="cell-output)', re.S)                                 # a result
+    out, head, lines, done, last = [], '(top of the page)', 0, False, ''
+    for m in token.finditer(body):
+        if m.group(2) is not None:
+            out.append((head, lines))
+            head, lines = re.sub(r'<[^>]+>|¶', '', m.group(2)).strip(), 0
+            done = last == 'result'           # a show_doc entry's own heading: the entry is its result
+        elif m.group(3) is not None or m.group(4) is not None:
+            if not done: lines += sum(1 for l in re.sub(r'<[^>]+>', '', m.group(3) or m.group(4)).splitlines() if l.strip())
+            last = 'code'
+        elif m.group(5): done, last = True, 'result'
+    out.append((head, lines))
+    return out
 
 
 def _exporter():
@@ -204,6 +243,11 @@ def check(out:Path=ROOT / '_docs', # the rendered site
         page, _, anchor = url.partition('#')
         if page not in ids: problems.append(f'{sym}: its page {page} was not rendered')
         elif anchor not in ids[page]: problems.append(f'{sym}: no show_doc entry on {page} (anchor #{anchor} missing)')
+    for rel, t in texts.items():
+        top = code_before_results(t)[0][1]
+        if top > MAX_CODE_LINES:
+            problems.append(f'{rel}: opens with {top} lines of code before its first result: fold the plumbing '
+                            f'(`#| code-fold: true`) or hide it (`#| echo: false`), so the page opens on a result')
     print(f'docs check: {len(texts)} pages, {sum(len(_refs(t)) for t in texts.values())} links and images, '
           f'{len(names)} exported names')
     return problems
