@@ -14,9 +14,12 @@ def timed(fn, repeat=5):
 
 
 def machine():
-    import lance, pyarrow
+    from importlib.metadata import PackageNotFoundError, version
+    def v(dist):
+        try: return version(dist)
+        except PackageNotFoundError: return None
     return dict(python=sys.version.split()[0], cpus=os.cpu_count(), platform=platform.platform(),
-                pylance=lance.__version__, pyarrow=pyarrow.__version__)
+                pylance=v('pylance'), pyarrow=v('pyarrow'))
 
 
 def record(name, **figures):

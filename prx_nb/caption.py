@@ -530,7 +530,7 @@ def caption_table(table:str, # the Lance table
                       version=f.version)
 
 # %% ../nbs/06_caption.ipynb #4472974a
-@call_parse
+@call_parse(example='prx_caption --table demo_out/corpus.lance --backend openai --endpoint http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-VL-7B-Instruct --column qwen')
 @with_options(Caption)
 def prx_caption(table:str=None, # Lance table path or URI (required)
                 column:str=None, # the same as --name

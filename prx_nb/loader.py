@@ -806,7 +806,7 @@ def prx_yaml(root:str|Path, # a local prx_nb tree
              f'  num_workers: {num_workers}', '  persistent_workers: true', '  pin_memory: true']
     return '\n'.join(lines) + '\n'
 
-@call_parse
+@call_parse(example='prx_trainer_yaml --mds demo_out/mds --reasons dedup,optout > dataset.yaml')
 def prx_trainer_yaml(mds:str=None, # root of the MDS tree (required; a local folder)
                      reasons:str=None, # comma-separated skip-list reasons to apply (default: every one)
                      batching:str='device_per_stream', # PRX's batching method

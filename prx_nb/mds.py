@@ -544,7 +544,7 @@ def migrate_tree(root:str|Path, # a local MDS tree
         out[bucket_key(b)] = migrate_bucket(b)
     return out
 
-@call_parse
+@call_parse(example='prx_migrate_mds --mds demo_out/mds')
 def prx_migrate_mds(mds:str=None, # root of the MDS tree (required)
                     quiet:bool=False, # no progress bar
                    ):
@@ -555,7 +555,7 @@ def prx_migrate_mds(mds:str=None, # root of the MDS tree (required)
     print(f'{sum(got.values())} of {len(got)} buckets migrated (jpg -> image); the others had the image field already')
 
 # %% ../nbs/08_mds.ipynb #7bd79573
-@call_parse
+@call_parse(example='prx_write_mds --table demo_out/corpus.lance --out demo_out/mds --caption-column caption_tags')
 @with_options(WriteMDS)
 def prx_write_mds(table:str=None, # Lance table path or URI (required)
                   out:str=None, # root of the MDS tree (required)

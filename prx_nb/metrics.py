@@ -279,7 +279,7 @@ def plot_checkpoint_metrics(df, # `checkpoint_metrics`' rows
     return fig
 
 # %% ../nbs/13_metrics.ipynb #661166ce
-@call_parse
+@call_parse(example='prx_ablation samples/ reference/ --clip models/clip')
 def prx_ablation(runs:str, # folder of runs: <runs>/<run>/<step>/*.png
                  reference:str, # folder of reference images
                  clip:str=None, # local CLIP checkpoint folder (adds CMMD)

@@ -336,7 +336,7 @@ def check_demo(r:DemoRun)->dict:
 # %% ../nbs/11_pipeline.ipynb #2ea2dfb7
 _CONFIG = Param('the TOML configuration (start from `prx_run --print-config > run.toml`)', str, opt=False, nargs='?')
 
-@call_parse
+@call_parse(example='prx_run --print-config > run.toml && prx_run run.toml')
 def prx_run(config:_CONFIG=None,
             print_config:bool=False, # print the default configuration, commented, and exit
             quiet:bool=False, # no progress bars
@@ -354,7 +354,7 @@ def prx_run(config:_CONFIG=None,
     print(f'{s.seconds:.1f} s; summary in {s.out / "summary.json"}')
 
 # %% ../nbs/11_pipeline.ipynb #d03c8b29
-@call_parse
+@call_parse(example='prx_demo --out demo_out')
 def prx_demo(out:str='demo_out', # output folder
              ray:bool=False, # run the Ray stages on a local Ray
              rebuild:bool=False, # rebuild the demo sources from the photo cache

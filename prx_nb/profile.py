@@ -205,7 +205,7 @@ class Profile(Stage):
                         outputs=dict(report=str(ctx.out / 'profile'), tiers={k: int(tot[k]) for k in drops.columns if k.startswith('tier_')}))
 
 # %% ../nbs/03_profile.ipynb #cda6f13e
-@call_parse
+@call_parse(example='prx_profile --table demo_out/corpus.lance --out profile')
 def prx_profile(table:str=None, # Lance table path or URI (required)
                 out:str='profile', # folder for the plots and tables
                ):

@@ -257,7 +257,7 @@ def check_tree(root:str|Path, # an MDS tree
     return pd.DataFrame(rows, columns=['level', 'file', 'problem'])
 
 # %% ../nbs/10_skips.ipynb #95dcc097
-@call_parse
+@call_parse(example='prx_skip --mds demo_out/mds --reason text --ids text_ids.txt')
 def prx_skip(mds:str=None, # root of the MDS tree (required)
              reason:str=None, # skip-list name: dedup, text, nsfw, optout or any word (required)
              ids:str=None, # file with one Lance id per line (required)
@@ -272,7 +272,7 @@ def prx_skip(mds:str=None, # root of the MDS tree (required)
     print(f"{n} samples skipped as {reason!r}; {res['not_found']} ids not in the tree")
 
 # %% ../nbs/10_skips.ipynb #1fe8916e
-@call_parse
+@call_parse(example='prx_optout --mds demo_out/mds --ids optout_ids.txt')
 def prx_optout(mds:str=None, # root of the MDS tree (required)
                ids:str=None, # file with one Lance id per line, exactly as written, UTF-8 (required unless --sync)
                table:str=None, # Lance table whose ledger records them (default: the one the tree was written from)
@@ -288,7 +288,7 @@ def prx_optout(mds:str=None, # root of the MDS tree (required)
     print(f"{n} samples opted out; {res['not_found']} ids not in the tree (recorded all the same)")
 
 # %% ../nbs/10_skips.ipynb #b81a8208
-@call_parse
+@call_parse(example='prx_skip_stats --mds demo_out/mds')
 def prx_skip_stats(mds:str=None, # root of the MDS tree (required)
                    threshold:float=0.10, # skipped share above which a rewrite is suggested
                   ):
@@ -302,7 +302,7 @@ def prx_skip_stats(mds:str=None, # root of the MDS tree (required)
               f"consider `prx_rewrite --mds {mds} --out NEW_DIR`")
 
 # %% ../nbs/10_skips.ipynb #c2b39b92
-@call_parse
+@call_parse(example='prx_rewrite --mds demo_out/mds --out demo_out/mds_clean --reasons dedup,optout')
 def prx_rewrite(mds:str=None, # root of the MDS tree (required)
                 out:str=None, # root of the new tree (required)
                 reasons:str=None, # comma-separated reasons to apply (default: all)
@@ -318,7 +318,7 @@ def prx_rewrite(mds:str=None, # root of the MDS tree (required)
     print(f'{sum(b.written for b in res.values()):,} samples in {len(res)} buckets in {out}')
 
 # %% ../nbs/10_skips.ipynb #c0ffee35
-@call_parse
+@call_parse(example='prx_check --mds demo_out/mds')
 def prx_check(mds:str=None, # root of the MDS tree (required)
               no_hashes:bool=False, # skip reading every shard for its SHA-1 (sizes are still checked)
               quiet:bool=False, # no progress bar
@@ -420,7 +420,7 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
     return TreeFilter(label_column, labels, min_score=min_score, buckets=df, unscored=n_unscored)
 
 # %% ../nbs/10_skips.ipynb #35b86bc1
-@call_parse
+@call_parse(example='prx_filter --table demo_out/corpus.lance --mds demo_out/mds --label-column label_kind')
 @with_options(Filter)
 def prx_filter(table:str=None, # the Lance table holding the labels (required)
                mds:str=None, # root of the MDS tree written from it (required)

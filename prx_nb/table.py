@@ -358,7 +358,7 @@ def compact(table:str, # the Lance table
     return before, len(lance.dataset(table).get_fragments())
 
 # %% ../nbs/00c_table.ipynb #d73e07ec
-@call_parse
+@call_parse(example='prx_compact --table demo_out/corpus.lance')
 def prx_compact(table:str=None, # Lance table path or URI (required)
                 rows_per_fragment:int=1 << 20): # target rows per fragment
     "Compact a Lance table's fragments."
