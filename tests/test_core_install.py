@@ -87,7 +87,7 @@ def test_core_install_trains_from_the_demo_tree(core_env, demo_tree, tmp_path):
         ds = tree_dataset({str(root)!r}, batch_size=4, transform=decode_sample)
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(8), torch.nn.Flatten(), torch.nn.Linear(3 * 64, 3))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
         seen, losses = [], []
         for epoch in range(2):
             for batch in StreamingDataLoader(ds, batch_size=4, num_workers=0, collate_fn=collate):

@@ -24,7 +24,8 @@ def stream(text): return dict(output_type='stream', name='stdout', text=text)
 @pytest.mark.parametrize('src, shows', [
     ('x = 1\nx', True), ('df.head()', True), ('test_eq(1, 1)', False), ('x = 1', False), ('import os', False),
     ('fig, ax = plt.subplots()\nax.plot([1])', True), ('plot_resolution(df)', True), ('print(1)', False),
-    ('#| export\ndef f():\n    fig, ax = plt.subplots()\n    return fig', False), ('p.unlink()', False), ('x;', False)])
+    ('#| export\ndef f():\n    fig, ax = plt.subplots()\n    return fig', False), ('p.unlink()', False), ('x;', False),
+    ("#| export\nneeds_extra('prx_nb.x', 'build')", False)])
 def test_shows(src, shows):
     assert check_nbs.shows(src) is shows
 
@@ -92,3 +93,15 @@ def test_workflows():
     deploy = yaml.safe_load((ROOT / '.github/workflows/deploy.yaml').read_text())
     assert deploy['jobs']['deploy']['steps'] == [{'uses': 'fastai/workflows/quarto-ghp@master'}]
     assert deploy['permissions']['pages'] == 'write'
+
+
+def test_code_before_results_counts_what_a_reader_meets_first():
+    code = lambda n: '<div class="input_area"><div class="highlight"><pre>' + '\n'.join(f'x{i} = {i}' for i in range(n)) + '</pre></div></div>'
+    out = '<div class="output_subarea"><pre>42</pre></div>'
+    page = lambda *parts: '<main>' + ''.join(parts) + '</main>'
+    assert docs.code_before_results(page(code(12), out))[0] == ('(top of the page)', 12)
+    folded = docs._folded('\n'.join(f'x{i} = {i}' for i in range(12)), 'true')
+    assert docs.code_before_results(page(folded, out, code(3)))[0][1] == 0           # folded plumbing is not counted
+    heads = docs.code_before_results(page('<h2 id="a">A</h2>', code(11), out, code(30)))
+    assert heads == [('(top of the page)', 0), ('A', 11)]                              # code after a result is not counted
+    assert folded.startswith('<details class="code-fold"><summary>Code</summary>') and 'x11' in folded

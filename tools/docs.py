@@ -97,17 +97,19 @@ def code_before_results(page:str)->list:
     token = re.compile(r'<details class="code-fold".*?</details>'                                    # folded: not shown
                        r'|<h([23])[^>]*>(.*?)</h\1>'                                                  # a heading
                        r'|<div class="input_area">.*?<pre>(.*?)</pre>|<pre class="sourceCode[^"]*"[^>]*>(.*?)</pre>'  # code
-                       r'|(output_subarea|class="cell-output)', re.S)                                 # a result
+                       r'|(output_subarea|class="cell-output)'                                        # a result
+                       r'|(text_cell_render|<section)', re.S)                                         # prose
     out, head, lines, done, last = [], '(top of the page)', 0, False, ''
     for m in token.finditer(body):
         if m.group(2) is not None:
             out.append((head, lines))
             head, lines = re.sub(r'<[^>]+>|¶', '', m.group(2)).strip(), 0
-            done = last == 'result'           # a show_doc entry's own heading: the entry is its result
+            done = last == 'result'           # a heading inside an output is a show_doc entry's: the entry is its result
         elif m.group(3) is not None or m.group(4) is not None:
             if not done: lines += sum(1 for l in re.sub(r'<[^>]+>', '', m.group(3) or m.group(4)).splitlines() if l.strip())
             last = 'code'
         elif m.group(5): done, last = True, 'result'
+        else: last = 'text'
     out.append((head, lines))
     return out
 
@@ -248,6 +250,9 @@ def check(out:Path=ROOT / '_docs', # the rendered site
         if top > MAX_CODE_LINES:
             problems.append(f'{rel}: opens with {top} lines of code before its first result: fold the plumbing '
                             f'(`#| code-fold: true`) or hide it (`#| echo: false`), so the page opens on a result')
+    long = [f'{rel} § {h} ({n})' for rel, t in texts.items() for h, n in code_before_results(t)[1:] if n > MAX_CODE_LINES]
+    if long: print(f'docs check (not an error): {len(long)} sections open on more than {MAX_CODE_LINES} lines of code, '
+                   'an example or plumbing to fold: ' + '; '.join(long))
     print(f'docs check: {len(texts)} pages, {sum(len(_refs(t)) for t in texts.values())} links and images, '
           f'{len(names)} exported names')
     return problems
