@@ -54,7 +54,7 @@ def table(results:dict)->str:
         r = results.get(name)
         if not r: continue
         if 'error' in r: rows.append(f"| `{r['install']}` | did not install: {r['error'][-1]} | | |"); continue
-        over = '' if name == 'core' or core is None else f"+{(r['bytes'] - core) / 1e9:.2f} GB"
+        over = "" if name == "core" or core is None else f"{(r['bytes'] - core) / 1e9:+.2f} GB"
         rows.append(f"| `{r['install']}` | {r['bytes'] / 1e9:.2f} GB | {over} | {r['distributions']} |")
     return '\n'.join(rows)
 
