@@ -401,19 +401,23 @@ def _typed(self:Browser, change):
     "Search once typing has paused for `debounce` seconds."
     if self.debounce <= 0: return self._go(0)
     if self._timer is not None: self._timer.cancel()
+    def fire(): self._timer = None; self._go(0)
     try:
         import asyncio
         loop = asyncio.get_running_loop()     # in a kernel: its event loop
-        self._timer = loop.call_later(self.debounce, self._go, 0)
+        self._timer = loop.call_later(self.debounce, fire)
     except RuntimeError:                      # no loop running (a script, a test): a timer thread
-        self._timer = threading.Timer(self.debounce, self._go, (0,))
+        self._timer = threading.Timer(self.debounce, fire)
         self._timer.start()
 
 # %% ../nbs/05_explore.ipynb #ece93e9c
 @patch
 def wait(self:Browser):
-    "Wait for a pending debounced search (for scripts and tests)."
-    if isinstance(self._timer, threading.Timer): self._timer.join()
+    "Run a pending debounced search now, or wait for it to finish (for cells, scripts and tests)."
+    t = self._timer
+    if t is None: return
+    if isinstance(t, threading.Timer): return t.join()
+    t.cancel(); self._timer = None; self._go(0)   # a kernel's loop cannot fire it while this cell runs: run it here
 
 # %% ../nbs/05_explore.ipynb #64af71d0
 def _size(r:dict)->str:
