@@ -46,7 +46,7 @@ def test_killed_write_resumes_without_duplicates_or_loss(tmp_path, demo):
 
 def test_cli_help_and_errors(tmp_path, demo):
     r = subprocess.run([str(BIN / 'prx_write_mds'), '--help'], capture_output=True, text=True)
-    assert r.returncode == 0 and '--caption_column' in r.stdout
+    assert r.returncode == 0 and '--caption-column' in r.stdout
     t = tmp_path / 't.lance'; ingest(t, [f'folder:{demo}/studio'], progress=False)
     r = subprocess.run([str(BIN / 'prx_write_mds'), '--table', str(t), '--out', str(tmp_path / 'o'), '--caption-column', 'caption_x'],
                        capture_output=True, text=True)
