@@ -44,9 +44,6 @@ def _undash(argv:list)->list:
 # %% ../nbs/00_core.ipynb #e7a10005
 class _ScriptHelp(argparse.RawDescriptionHelpFormatter):
     "fastcore's help layout, with the description and the example kept as written."
-    def __init__(self, prog):
-        super().__init__(prog, max_help_position=shutil.get_terminal_size((120, 30))[0] // 2,
-                         width=shutil.get_terminal_size((120, 30))[0])
     def _expand_help(self, action): return self._get_help_string(action)
 
 # %% ../nbs/00_core.ipynb #e7a10006
@@ -57,10 +54,10 @@ def script_help(func, # a console script's function (as `call_parse` wraps it)
     "The `--help` text of a console script: its description, its options with dashes, and an example command line."
     from fastcore.script import anno_parser
     p = anno_parser(func, prog=prog)
-    p.formatter_class = _ScriptHelp
+    width = shutil.get_terminal_size((120, 30))[0]
+    p.formatter_class = functools.partial(_ScriptHelp, width=width, max_help_position=width // 2)
     for a in p._actions:   # shown as users type them (`--commit-rows`); `--commit_rows` is accepted as well
         a.option_strings = [o.replace('_', '-') if o.startswith('--') else o for o in a.option_strings]
-    width = shutil.get_terminal_size((120, 30))[0]
     p.description = textwrap.fill(' '.join((func.__doc__ or '').split()), width)
     if example: p.epilog = 'example:\n' + textwrap.indent(example.strip(), '  ')
     return p.format_help().rstrip('\n')
@@ -108,7 +105,7 @@ def needs_extra(module:str, # the module that needs it, e.g. 'prx_nb.ingest'
     assert names, f'no extra {extra!r}: one of {sorted(set(EXTRAS.values()))}'
     missing = [n for n in names if importlib.util.find_spec(n) is None]
     if missing: raise ModuleNotFoundError(f"{module} needs prx_nb's {extra} extra ({', '.join(missing)} not installed): "
-                                          f"pip install 'prx_nb[{extra}]'", name=missing[0])
+                                          + install_hint(missing[0]), name=missing[0])
 
 # %% ../nbs/00_core.ipynb #e7a10004
 class _ExtraHints(importlib.abc.MetaPathFinder):

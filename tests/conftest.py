@@ -65,3 +65,21 @@ def s3(monkeypatch):
             if f.is_file() and not f.name.startswith('.'): client.upload_file(str(f), bucket, f'{prefix}/{f.relative_to(folder).as_posix()}')
     try: yield upload
     finally: server.stop()
+
+
+@pytest.fixture(scope='session')
+def make_demo_tree(tmp_path_factory, demo):
+    """`make_demo_tree(name)`: the demo sources ingested and written as an MDS tree of 1 MB shards, fresh each call
+    (tests add their own skip lists); (root, the ids of each bucket by its key)."""
+    def make(name:str):
+        import pyarrow.parquet as pq
+        from prx_nb.demo import demo_sources
+        from prx_nb.ingest import ingest
+        from prx_nb.mds import write_mds
+        from prx_nb.tree import iter_buckets, bucket_key
+        d = tmp_path_factory.mktemp(name)
+        ingest(d / 't.lance', demo_sources(demo), progress=False)
+        write_mds(str(d / 't.lance'), d / 'mds', shard_bytes=1 << 20, progress=False)
+        root = d / 'mds'
+        return root, {bucket_key(b): pq.read_table(b / 'manifest.parquet').column('id').to_pylist() for b in iter_buckets(root)}
+    return make

@@ -8,12 +8,8 @@ dependencies are kept under ~/.cache/prx_nb/, keyed by the core requirements, so
 prx_nb itself, from a wheel of this checkout, is installed again."""
 import configparser, hashlib, json, os, shlex, shutil, subprocess, sys, textwrap
 from pathlib import Path
-import pyarrow.parquet as pq, pytest
-from prx_nb.demo import demo_sources
-from prx_nb.ingest import ingest
-from prx_nb.mds import write_mds
+import pytest
 from prx_nb.skips import skip_ids, optout
-from prx_nb.tree import iter_buckets, bucket_key
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -50,13 +46,10 @@ def core_env(tmp_path_factory):
 
 
 @pytest.fixture(scope='module')
-def demo_tree(tmp_path_factory, demo):
+def demo_tree(make_demo_tree):
     "The demo tree, written by the full install, with a dedup skip list and one opt-out; (root, ids it may serve)."
-    d = tmp_path_factory.mktemp('core')
-    ingest(d / 't.lance', demo_sources(demo), progress=False)
-    write_mds(str(d / 't.lance'), d / 'mds', shard_bytes=1 << 20, progress=False)
-    root = d / 'mds'
-    ids = [i for b in iter_buckets(root) for i in pq.read_table(b / 'manifest.parquet').column('id').to_pylist()]
+    root, man = make_demo_tree('core')
+    ids = [i for b in man.values() for i in b]
     skip_ids(root, 'dedup', set(ids[::5]))
     gone = ids[1]
     optout(root, [gone])

@@ -13,19 +13,14 @@ import contextlib, json, os, re, shutil, signal, socket, subprocess, sys, time
 from pathlib import Path
 import pytest
 
-CHROMIUM = shutil.which('chromium') or '/usr/bin/chromium'
+sys.path.insert(0, str(Path(__file__).parent))
+from test_browser_e2e import CHROMIUM, ARGS, free_port  # noqa: E402  the browser and its flags, as the Voila test uses them
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists() or shutil.which('jupyter-lab', path=str(BIN)) is None,
                                  reason='needs Debian chromium and jupyterlab (./dev setup installs both)')]
-ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-        '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage']
 TOKEN = 'prx-lab-e2e'
-
-
-def free_port():
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
 
 
 def stop(p):

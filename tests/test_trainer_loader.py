@@ -6,10 +6,8 @@ from pathlib import Path
 import numpy as np, pyarrow.parquet as pq, pytest
 from streaming import Stream, StreamingDataset
 from torch.utils.data import DataLoader
-from prx_nb.demo import demo_sources
-from prx_nb.ingest import ingest
 from prx_nb.tree import iter_buckets, bucket_key, file_sha1
-from prx_nb.mds import write_mds, migrate_tree, bucket_columns, caption_fields
+from prx_nb.mds import migrate_tree, bucket_columns, caption_fields
 from prx_nb.skips import skip_ids, optout
 from prx_nb.loader import (tree_dataset, with_skips, batch_report, decode_sample, collate, prx_yaml, prx_locals,
                            prx_dataset, SkipsMixin)
@@ -20,13 +18,9 @@ from test_tree_loader import ranks  # noqa: E402  the torchrun-like rank harness
 
 
 @pytest.fixture(scope='module')
-def tree(tmp_path_factory, demo):
+def tree(make_demo_tree):
     "The demo tree with dedup, text and opt-out skips; (root, table, ids by bucket, skipped, kept)"
-    d = tmp_path_factory.mktemp('trainer')
-    ingest(d / 't.lance', demo_sources(demo), progress=False)
-    write_mds(str(d / 't.lance'), d / 'mds', shard_bytes=1 << 20, progress=False)
-    root = d / 'mds'
-    man = {bucket_key(b): pq.read_table(b / 'manifest.parquet').column('id').to_pylist() for b in iter_buckets(root)}
+    root, man = make_demo_tree('trainer')
     big = max(man, key=lambda k: len(man[k]))
     skip_ids(root, 'dedup', set(man[big][::4]))
     skip_ids(root, 'text', set(man[big][1::6]))
@@ -34,7 +28,7 @@ def tree(tmp_path_factory, demo):
     optout(root, [gone])
     every = set(man[big][::4]) | set(man[big][1::6]) | {gone}
     kept = {i for ids in man.values() for i in ids} - every
-    return root, d / 't.lance', man, every, kept
+    return root, root.parent / 't.lance', man, every, kept
 
 
 def served_ids(ds, bs, workers=2):

@@ -3,11 +3,10 @@ from the same bucket), under 1, 2 and 4 real rank processes with 2 workers each,
 the writer leaves no empty bucket that stops the stock reader; the loader imports without Lance."""
 import json, os, subprocess, sys, warnings
 from pathlib import Path
-import pyarrow.parquet as pq, pytest
+import pytest
 from streaming import StreamingDataLoader, StreamingDataset
 from prx_nb.demo import demo_sources
 from prx_nb.ingest import ingest
-from prx_nb.tree import iter_buckets, bucket_key
 from prx_nb.mds import write_mds
 from prx_nb.skips import skip_ids, optout, check_tree
 from prx_nb.loader import tree_dataset, collate, decode_sample
@@ -16,13 +15,9 @@ HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope='module')
-def tree(tmp_path_factory, demo):
+def tree(make_demo_tree):
     "The demo tree with every reason applied: dedup, text, nsfw and an opt-out, one bucket skipped whole."
-    d = tmp_path_factory.mktemp('tree')
-    ingest(d / 't.lance', demo_sources(demo), progress=False)
-    write_mds(str(d / 't.lance'), d / 'mds', shard_bytes=1 << 20, progress=False)
-    root = d / 'mds'
-    man = {bucket_key(b): pq.read_table(b / 'manifest.parquet').column('id').to_pylist() for b in iter_buckets(root)}
+    root, man = make_demo_tree('tree')
     big = max(man, key=lambda k: len(man[k]))
     whole = next(k for k in man if len(man[k]) == 1)
     skipped = {'dedup': set(man[big][::5]), 'text': set(man[big][1::7]) | set(man[whole]), 'nsfw': {man[big][3]}}

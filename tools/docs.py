@@ -86,7 +86,6 @@ def _folded(source:str, how:str)->str:
     return f'<details class="code-fold"{" open" if how == "show" else ""}><summary>Code</summary>{code}</details>'
 
 
-FOLD = re.compile(r'<details class="code-fold".*?</details>', re.S)
 MAX_CODE_LINES = 10
 
 
@@ -245,12 +244,13 @@ def check(out:Path=ROOT / '_docs', # the rendered site
         page, _, anchor = url.partition('#')
         if page not in ids: problems.append(f'{sym}: its page {page} was not rendered')
         elif anchor not in ids[page]: problems.append(f'{sym}: no show_doc entry on {page} (anchor #{anchor} missing)')
+    long = []
     for rel, t in texts.items():
-        top = code_before_results(t)[0][1]
+        (_, top), *sections = code_before_results(t)
         if top > MAX_CODE_LINES:
             problems.append(f'{rel}: opens with {top} lines of code before its first result: fold the plumbing '
                             f'(`#| code-fold: true`) or hide it (`#| echo: false`), so the page opens on a result')
-    long = [f'{rel} § {h} ({n})' for rel, t in texts.items() for h, n in code_before_results(t)[1:] if n > MAX_CODE_LINES]
+        long += [f'{rel} § {h} ({n})' for h, n in sections if n > MAX_CODE_LINES]
     if long: print(f'docs check (not an error): {len(long)} sections open on more than {MAX_CODE_LINES} lines of code, '
                    'an example or plumbing to fold: ' + '; '.join(long))
     print(f'docs check: {len(texts)} pages, {sum(len(_refs(t)) for t in texts.values())} links and images, '
