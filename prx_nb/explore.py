@@ -17,9 +17,10 @@ from .bucket import TIERS, AR_RANGE, tier_floor
 from .stage import Stage, StageRun, RunContext, opt
 
 # %% auto #0
-__all__ = ['BROWSER_COLUMNS', 'add_tags', 'add_image_embeddings', 'add_caption_embeddings', 'text_columns', 'vector_columns',
-           'index_status', 'index_table', 'Explore', 'parse_query', 'default_caption', 'search', 'Thumbnails', 'thumbs',
-           'tier_sql', 'Browser', 'prx_index', 'prx_search']
+__all__ = ['BROWSER_COLUMNS', 'FACET_PREFIXES', 'add_tags', 'add_image_embeddings', 'add_caption_embeddings', 'text_columns',
+           'vector_columns', 'index_status', 'index_table', 'Explore', 'parse_query', 'default_caption', 'search',
+           'Thumbnails', 'thumbs', 'tier_sql', 'facet_columns', 'facet_sql', 'facet_counts', 'Browser', 'prx_index',
+           'prx_search']
 
 # %% ../nbs/05_explore.ipynb #379bc09c
 def _row_bytes(batch:pa.RecordBatch)->list:
@@ -328,6 +329,40 @@ def tier_sql(tier:int, # a bucket tier (about `tier`² pixels)
     return (f'CAST(width AS DOUBLE) * height >= {tier_floor(tier, max_upscale):.0f} AND '
             f'CAST(width AS DOUBLE) / height BETWEEN {ar_range[0]} AND {ar_range[1]}')
 
+# %% ../nbs/05_explore.ipynb #fa5e7c01
+FACET_PREFIXES = ('tag_', 'label_', 'cluster')  # columns a browser offers as facets (with any other column `prx_tag` made)
+
+def facet_columns(ds, # a Lance dataset
+                 )->list:
+    "The table's facet columns: strings, booleans and integers made by tagging, classification or clustering (not their status or score)."
+    ok = lambda t: pa.types.is_string(t) or pa.types.is_boolean(t) or pa.types.is_integer(t)
+    tagged = lambda f: (f.metadata or {}).get(b'made_by') == b'prx_nb.tags.tag_table'
+    return [f.name for f in ds.schema if ok(f.type) and (f.name.startswith(FACET_PREFIXES) or tagged(f))
+            and not f.name.endswith(('_status', '_score', '_reason'))]
+
+def facet_sql(column:str, # the facet column
+              value, # one of its values (None: the rows where it is null)
+             )->str:
+    "SQL selecting the rows whose `column` holds `value`."
+    if value is None: return f'{column} IS NULL'
+    if isinstance(value, bool): return f'{column} = {str(value).lower()}'
+    return f'{column} = {value}' if isinstance(value, (int, np.integer)) else f'{column} = {sql_str(value)}'
+
+def facet_counts(table:str, # the Lance table
+                 column:str, # a facet column (strings, booleans or integers)
+                 *,
+                 where:str|None="status = 'ok'", # count only rows where this SQL holds
+                 top:int=12, # the most frequent values kept (the rest summed as `other`)
+                )->pd.DataFrame:
+    "Rows per value of `column` (most frequent first; nulls as None), under `where`."
+    ds = open_table(table)
+    if column not in ds.schema.names: raise ValueError(f'{table} has no column {column}; its facets: {facet_columns(ds)}')
+    vc = ds.to_table(columns=[column], filter=where)[column].value_counts().to_pylist()
+    df = pd.DataFrame([(d['values'], d['counts']) for d in vc], columns=['value', 'rows'])
+    df = df.sort_values(['rows', 'value'], ascending=[False, True], key=lambda c: c if c.name == 'rows' else c.astype(str)).reset_index(drop=True)
+    if len(df) > top: df = pd.concat([df.head(top), pd.DataFrame([('other', int(df.rows[top:].sum()))], columns=['value', 'rows'])], ignore_index=True)
+    return df
+
 # %% ../nbs/05_explore.ipynb #3781fd20
 class Browser:
     "An ipywidgets browser of a Lance table."
@@ -340,10 +375,12 @@ class Browser:
                  thumb:int=128, # thumbnail size, pixels
                  neighbours:int=8, # visual neighbours shown by **similar**
                  debounce:float=0.3, # seconds typing must pause before a search (0: search at once)
+                 where:str|None=None, # a fixed SQL filter under the controls (a cluster, a view's predicate, …)
+                 facets:list|None=None, # facet columns shown as buttons with counts (None: `facet_columns`; []: none)
                 ):
         import ipywidgets as W, lance
         self.W, self.table, self.page_size, self.thumb = W, table, page_size, thumb
-        self.k_neighbours, self.debounce = neighbours, debounce
+        self.k_neighbours, self.debounce, self.base = neighbours, debounce, where
         ds = lance.dataset(table)
         self.caption = caption or default_caption(ds)
         sources = sorted({s for s in ds.to_table(columns=['source']).column('source').to_pylist() if s})
@@ -365,7 +402,13 @@ class Browser:
                      (self.prev, 'prx-prev'), (self.next, 'prx-next'),
                      (self.info, 'prx-info'), (self.message, 'prx-message')):
             w.add_class(c)
-        self.ui = W.VBox([W.HBox([self.query, self.status, self.source, self.tier]),
+        self.facets = {c: W.ToggleButtons(options=[('any', None)], value=None, description=c, style=dict(button_width='auto'))
+                       for c in (facet_columns(ds) if facets is None else facets)}
+        self._updating = False
+        for c, w in self.facets.items():
+            w.add_class(f'prx-facet-{c}')
+            w.observe(lambda _: None if self._updating else self._go(0), 'value')
+        self.ui = W.VBox([W.HBox([self.query, self.status, self.source, self.tier]), *self.facets.values(),
                           W.HBox([self.prev, self.info, self.next]), self.message,
                           self.grid, self.neighbour_title, self.neighbour_grid])
         self.page, self.grid_ids, self.neighbour_ids, self.searches = 0, [], [], 0
@@ -383,10 +426,43 @@ class Browser:
 # %% ../nbs/05_explore.ipynb #383acea2
 @patch
 def where(self:Browser)->str|None:
-    "The SQL filter the controls select."
+    "The SQL filter the controls select (and the browser's fixed `where`)."
+    return _and(self._base_where(), *(self._facet_where(c) for c in self.facets))
+
+@patch
+def _base_where(self:Browser)->str|None:
+    "The filter of the fixed `where`, status, source and tier (not the facets)."
     st = {'ok': "status = 'ok'", 'not ok': "status != 'ok'", 'any': None}[self.status.value]
     src = f'source = {sql_str(self.source.value)}' if self.source.value != 'any' else None
-    return _and(st, src, tier_sql(self.tier.value) if self.tier.value else None)
+    return _and(*[self.base, st, src, tier_sql(self.tier.value) if self.tier.value else None])
+
+@patch
+def _facet_where(self:Browser, column:str)->str|None:
+    "The filter of one facet's selected value (None: any)."
+    v = self.facets[column].value
+    return None if v is None else facet_sql(column, v[0])
+
+@patch
+def facet(self:Browser,
+          column:str, # a facet column
+          value, # one of its values (None: the rows where it is null)
+         ):
+    "Filter to the rows whose `column` holds `value`, as a click on its button does."
+    self.facets[column].value = (value,)
+
+@patch
+def _update_facets(self:Browser):
+    "Each facet's buttons with its counts under the other filters (its own selection kept)."
+    self._updating = True
+    try:
+        for c, w in self.facets.items():
+            others = _and(self._base_where(), *(self._facet_where(o) for o in self.facets if o != c))
+            f = facet_counts(self.table, c, where=others)
+            opts = [('any', None)] + [(f'{"—" if v is None else v} ({n})', (v,)) for v, n in zip(f.value, f.rows) if v != 'other']
+            keep = w.value
+            if keep is not None and keep not in [o for _, o in opts]: opts.append((f'{keep[0]} (0)', keep))
+            w.options, w.value = opts, keep
+    finally: self._updating = False
 
 # %% ../nbs/05_explore.ipynb #1a103088
 @patch
@@ -459,6 +535,7 @@ def refresh(self:Browser):
         self.message.value = f"<span style='color:#a00'>{html.escape(str(e))}</span>"
         return
     self.message.value = ''
+    if self.facets: self._update_facets()
     rows = r.head(self.page_size).to_dict('records')
     self.grid.children = [self._tile(x) for x in rows]
     self.grid_ids = [x['id'] for x in rows]

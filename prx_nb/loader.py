@@ -13,11 +13,13 @@ from .core import call_parse
 from .tree import (iter_buckets, bucket_key, shard_header_problem, file_sha1, skip_files, SKIP_RECORD, read_skips,
                    OPTOUT, read_id_column, ledger_path, read_ledger, tree_table, read_optouts, stale_optouts, optout_indices)
 from .mds import raw_images, as_image_sample, bucket_columns
+from .views import VIEWS, VIEW_PREFIX, view_reason, read_view, load_view, bucket_problem
 
 # %% auto #0
-__all__ = ['REMOTE_RECORD', 'stream_optouts', 'fetch_tree_files', 'check_skip_options', 'SkipsMixin', 'SkipStreamingDataset',
-           'pad_multiple', 'keep_samples', 'tree_buckets', 'TreeDataset', 'tree_dataset', 'decode_sample', 'collate',
-           'with_skips', 'batch_report', 'prx_locals', 'prx_dataset', 'prx_yaml', 'prx_trainer_yaml']
+__all__ = ['REMOTE_RECORD', 'stream_optouts', 'stream_views', 'fetch_tree_files', 'check_skip_options', 'SkipsMixin',
+           'SkipStreamingDataset', 'pad_multiple', 'keep_samples', 'tree_buckets', 'TreeDataset', 'tree_dataset',
+           'decode_sample', 'collate', 'with_skips', 'batch_report', 'prx_locals', 'prx_dataset', 'prx_yaml',
+           'prx_trainer_yaml']
 
 # %% ../nbs/12_loader.ipynb #c0ffee21
 REMOTE_RECORD = 'tree.optout.parquet'  # the tree's opt-out record, as a stream with `remote=` keeps it in its cache
@@ -45,6 +47,48 @@ def stream_optouts(st, # a `streaming.Stream` over one bucket of a tree
                           f'they are not served here, but a reader of this tree elsewhere sees only its record: '
                           f'run `prx_optout --mds {root} --sync`', stacklevel=4)
     return trees[root]
+
+# %% ../nbs/12_loader.ipynb #c0ffee60
+def _view_names(view)->tuple:
+    "The names `view` gives (None: none; a name; a list: a sample must be in every one), each checked to be a word"
+    if view is None: return ()
+    names = (view,) if isinstance(view, str) else tuple(view)
+    if not names: raise ValueError('view= names no view: give a name, a list of names, or None')
+    for n in names: view_reason(n)
+    return names
+
+def _remote_view(st, root:str, name:str)->dict:
+    "The lineage of the view `name` of the remote tree `root`, downloaded beside stream `st`'s cached files"
+    dst = _stream_dir(st) / f'tree.view.{name}.json'
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + f'.tmp{os.getpid()}')
+    try: st._downloader.download(f'{root}/{VIEWS}/{name}.json', str(tmp), st.download_timeout)
+    except Exception:
+        have = sorted(n[:-5] for n in _remote_names(f'{root}/{VIEWS}') if n.endswith('.json'))
+        raise ValueError(f'{root}: no view {name!r}; its views: {", ".join(have) if have else "none"}') from None
+    os.replace(tmp, dst)
+    return load_view(dst, name)
+
+def stream_views(st, # a `streaming.Stream` over one bucket of a tree
+                 view, # None, a view's name, or a list of names
+                 cache:dict, # a cache: (tree, names) → the views' lineages (pass the same dict for every stream)
+                 samples:int, # the samples the bucket holds
+                )->tuple:
+    "The skip-list reasons of `view` for stream `st`; `ValueError` when the tree has no such view, or the bucket changed since it was made"
+    names = _view_names(view)
+    if not names: return ()
+    local = _stream_dir(st)
+    if st.remote:
+        root = st.remote.rstrip('/').rsplit('/', 2)[0]
+        key = '/'.join(st.remote.rstrip('/').split('/')[-2:])
+        if (root, names) not in cache: cache[root, names] = [_remote_view(st, root, n) for n in names]
+    else:
+        root, key = local.parent.parent, bucket_key(local)
+        if (root, names) not in cache: cache[root, names] = [read_view(root, n) for n in names]
+    for v in cache[root, names]:
+        if why := bucket_problem(v, key, samples): raise ValueError(f'{local}: {why}')
+    st._prx_view_kept = min(v['buckets'][key].get('in_view', 1) for v in cache[root, names])  # 0: the view holds none of it
+    return tuple(map(view_reason, names))
 
 # %% ../nbs/12_loader.ipynb #41aba2bc
 def _distributed()->bool:
@@ -100,21 +144,27 @@ _WEIGHTS = ('proportion', 'repeat', 'choose')  # what `Stream.apply_weights` set
 
 def check_skip_options(on_skip:str, # 'substitute' or 'drop'
                        small:str|None, # 'pad', 'drop' or None
+                       reasons=None, # the skip-list reasons asked for: a view is asked for with `view=`, never here
                       ):
-    "`ValueError` naming the option when `on_skip` or `small` is not one the skip machinery knows"
+    "`ValueError` naming the option when `on_skip` or `small` is not one the skip machinery knows, or `reasons` names a view's lists"
+    if reasons is not None and (bad := [r for r in reasons if str(r).startswith(VIEW_PREFIX)]):
+        raise ValueError(f"reasons= names {bad[0]!r}, a view's lists: read a view with view={bad[0][len(VIEW_PREFIX):]!r}, "
+                         'which checks that the tree has it')
     if on_skip not in ('substitute', 'drop'): raise ValueError(f"on_skip must be 'substitute' or 'drop', not {on_skip!r}")
     if small not in (None, 'pad', 'drop'): raise ValueError(f"small must be 'pad', 'drop' or None, not {small!r}")
 
 class SkipsMixin:
     "Skip lists for any `StreamingDataset` subclass, its constructor unchanged: mixed in by `prx_nb.loader.with_skips`"
-    skip_reasons = None # skip-list reasons to apply (None: every reason present; opt-outs always apply)
+    skip_reasons = None # skip-list reasons to apply (None: every reason present but views'; opt-outs always apply)
+    skip_view = None # a view of the trees read (`prx_nb.views`), or a list of views: only their samples are served
     skip_on = 'substitute' # a skipped sample: 'substitute' a kept one of its shard, or 'drop' it from the epoch
     skip_small = None # a stream's last short batch under a per-stream batching: 'pad' (repeats), 'drop', or None (Mosaic's way)
     skip_validate_hash = None # SHA-1 checks (see `SkipStreamingDataset`); None: Mosaic's `validate_hash` as given
     raw_images = False # read `jpeg` fields as the JPEG bytes stored, under `image` (prx_nb's own loaders)
 
     def __init__(self, *args, **kwargs):
-        check_skip_options(self.skip_on, self.skip_small)
+        check_skip_options(self.skip_on, self.skip_small, self.skip_reasons)
+        _view_names(self.skip_view)
         streams = kwargs.get('streams') or []
         weights = [{a: getattr(st, a) for a in _WEIGHTS if hasattr(st, a)} for st in streams]
         for attempt in range(8):
@@ -160,12 +210,13 @@ class SkipsMixin:
 
     def _shard_skips(self)->list:
         "Per shard of the dataset: the set of its skipped sample indices."
-        cache, trees, out = {}, {}, []
+        cache, trees, vcache, out = {}, {}, {}, []
         for sid, shard in enumerate(self.shards):
             st = self.streams[self.stream_per_shard[sid]]
             local = _stream_dir(st)
             if local not in cache:
-                cache[local] = read_skips(local, self.reasons)
+                views = stream_views(st, self.skip_view, vcache, samples=self.samples_per_stream[self.stream_per_shard[sid]])
+                cache[local] = read_skips(local, self.reasons, views=views)
                 opted = stream_optouts(st, trees)
                 for s, idx in optout_indices(local, opted).items(): cache[local].setdefault(s, set()).update(idx)
             out.append(cache[local].get(shard.raw_data.basename, set()))
@@ -300,13 +351,15 @@ class SkipStreamingDataset(SkipsMixin, StreamingDataset):
     "A `StreamingDataset` that never yields a sample on the skip lists of `reasons`."
     def __init__(self,
                  *,
-                 reasons=None, # skip-list reasons to apply (None: every reason present)
+                 reasons=None, # skip-list reasons to apply (None: every reason present but views')
+                 view=None, # a view of the trees read (`prx_nb.views`), or a list of views: only their samples are served
                  on_skip:str='substitute', # 'substitute' a kept sample for a skipped one, or 'drop' it
                  validate_hash:bool|str|None=None, # check every shard's SHA-1 against `index.json`: remote ones as they are downloaded (None: on for remote streams), local ones once at set-up (None: off)
                  small:str|None=None, # a stream's last short batch under a per-stream batching: 'pad', 'drop' or None (Mosaic's way)
                  **kwargs, # everything `StreamingDataset` takes
                 ):
         self.skip_reasons, self.skip_on, self.skip_small, self.skip_validate_hash = reasons, on_skip, small, validate_hash
+        self.skip_view = view
         super().__init__(**kwargs)
 
 # %% ../nbs/12_loader.ipynb #caf4602c
@@ -368,28 +421,34 @@ def tree_buckets(root:str|Path, # an MDS tree: a local folder, or a remote URI (
     return sorted(keys, key=lambda k: (int(k.split('/')[0]), k))
 
 # %% ../nbs/12_loader.ipynb #0af84c62
-def _counts(st:Stream, reasons, trees:dict)->tuple:
-    "(samples, kept) of stream `st` (a bucket) under `reasons` and its tree's opt-outs; `trees` caches the opt-outs"
+def _counts(st:Stream, reasons, trees:dict, view=None, views:dict|None=None)->tuple:
+    "(samples, kept) of stream `st` (a bucket) under `reasons`, `view` and its tree's opt-outs; `trees` caches the opt-outs, `views` the views"
     local = Path(st.local) / (st.split or '')
     if (local / 'index.json').exists():
         n = sum(s['samples'] for s in json.loads((local / 'index.json').read_text())['shards'])
     else:
         import pyarrow.parquet as pq
         n = pq.ParquetFile(local / 'manifest.parquet').metadata.num_rows
-    sk = read_skips(local, None if reasons is None else set(reasons) | {'optout'})
+    vr = stream_views(st, view, {} if views is None else views, samples=n)
+    sk = read_skips(local, None if reasons is None else set(reasons) | {'optout'}, views=vr)
     for s, idx in optout_indices(local, stream_optouts(st, trees)).items(): sk.setdefault(s, set()).update(idx)
     return n, n - sum(map(len, sk.values()))
 
 _BATCHINGS = ('per_stream', 'device_per_stream')
 
-def _local_counts(root:Path, keys:list, *, reasons, trees:dict)->dict:
-    "Bucket key → (samples, kept) of the local tree `root`'s buckets `keys` (see `_counts`)"
-    out = {}
+def _local_counts(root:Path, keys:list, *, reasons, trees:dict, view=None, outside:set|None=None)->dict:
+    "Bucket key → (samples, kept) of the local tree `root`'s buckets `keys` (see `_counts`); the keys of buckets `view` holds none of are added to `outside`"
+    out, views = {}, {}
     for k in keys:
         st = Stream(local=str(Path(root) / k))
         st.apply_default(dict(split=None, download_retry=2, download_timeout=60, validate_hash=None, keep_zip=False))
-        out[k] = _counts(st, reasons, trees)
+        out[k] = _counts(st, reasons, trees, view=view, views=views)
+        if outside is not None and getattr(st, '_prx_view_kept', 1) == 0: outside.add(k)
     return out
+
+def _outside_view(view)->str:
+    "Why a bucket the view holds none of is left out"
+    return f'view {", ".join(_view_names(view))} holds none of its samples'
 
 class TreeDataset(SkipStreamingDataset):
     "A `SkipStreamingDataset` over the buckets of a tree, one stream each, whose every batch holds samples of one bucket."
@@ -468,6 +527,7 @@ def tree_dataset(root:str|Path, # an MDS tree: a local folder, or a remote URI (
                  *,
                  batch_size:int, # samples per batch per device; every batch holds one bucket's samples
                  reasons=None, # skip-list reasons to apply (None: every one; opt-outs always apply)
+                 view=None, # a view of the tree (`prx_nb.views`), or a list of views: only the samples in it (in all) are served
                  tiers=None, # tiers to read, e.g. [512, 1024] (None: all)
                  buckets=None, # bucket keys 'tier/WxH' to read (None: all of `tiers`)
                  proportions:dict|None=None, # tier or bucket key → share of the epoch's samples (None: as the tree holds them)
@@ -482,6 +542,8 @@ def tree_dataset(root:str|Path, # an MDS tree: a local folder, or a remote URI (
                 )->TreeDataset:
     "One `StreamingDataset` over a whole MDS tree: a `Stream` per bucket, batches per stream, skip lists applied."
     seed = _mosaic_names(kwargs, seed)
+    check_skip_options(on_skip, small, reasons)
+    _view_names(view)
     if batching_method not in _BATCHINGS:
         raise ValueError(f"batching_method must be one of {_BATCHINGS} (every batch from one bucket), not {batching_method!r}")
     root, remote = str(root), '://' in str(root) and not str(root).startswith('file://')
@@ -497,17 +559,20 @@ def tree_dataset(root:str|Path, # an MDS tree: a local folder, or a remote URI (
         if miss := set(buckets) - set(keys): raise ValueError(f'{root} has no bucket {sorted(miss)} (of the tiers asked for)')
         keys = [k for k in keys if k in set(buckets)]
     src = lambda k: (f'{root.rstrip("/")}/{k}', str(Path(local) / k)) if remote else (None, str(Path(root.removeprefix('file://')) / k))
-    streams, trees, counts = {}, {}, {}
+    streams, trees, counts, views = {}, {}, {}, {}
     for k in keys:
         r, l = src(k)
         st = Stream(remote=r, local=l)
         st.apply_default(dict(split=None, download_retry=kwargs.get('download_retry', 2), keep_zip=kwargs.get('keep_zip', False),
                               download_timeout=kwargs.get('download_timeout', 60), validate_hash=None))  # set per stream by the dataset
         if r: fetch_tree_files(st)
-        streams[k], counts[k] = st, _counts(st, reasons, trees)
-    left = _small_buckets(keys, counts, small=small, on_skip=on_skip, batch_size=batch_size, batching=batching_method,
-                          canonical=kwargs.get('num_canonical_nodes'))
-    for k, why in left.items(): warnings.warn(f'{k} is left out of the tree dataset: {why}', stacklevel=2)
+        streams[k], counts[k] = st, _counts(st, reasons, trees, view=view, views=views)
+    outside = {k: _outside_view(view) for k in keys if getattr(streams[k], '_prx_view_kept', 1) == 0}  # expected: no news
+    left = outside | _small_buckets([k for k in keys if k not in outside], {k: c for k, c in counts.items() if k not in outside},
+                                    small=small, on_skip=on_skip, batch_size=batch_size, batching=batching_method,
+                                    canonical=kwargs.get('num_canonical_nodes'))
+    for k, why in left.items():
+        if k not in outside: warnings.warn(f'{k} is left out of the tree dataset: {why}', stacklevel=2)
     keys = [k for k in keys if k not in left]
     if not keys: raise ValueError(f'{root}: no bucket left to stream ({len(left)} left out: {next(iter(left.values()))})')
     if proportions is not None:
@@ -516,7 +581,7 @@ def tree_dataset(root:str|Path, # an MDS tree: a local folder, or a remote URI (
         for k in keys: streams[k]._proportion = share[k]
         keys = [k for k in keys if share[k] > 0]
     ds = TreeDataset(keys=keys, small=small, transform=transform, streams=[streams[k] for k in keys], batching_method=batching_method,
-                     batch_size=batch_size, reasons=reasons, on_skip=on_skip, shuffle=shuffle, shuffle_seed=seed, **kwargs)
+                     batch_size=batch_size, reasons=reasons, view=view, on_skip=on_skip, shuffle=shuffle, shuffle_seed=seed, **kwargs)
     ds.left_out = left
     ds.caption_columns = _caption_columns(ds)
     return ds
@@ -612,23 +677,25 @@ def _new_with_skips(base:type, opts:tuple):
 
 def with_skips(cls:type, # a `StreamingDataset` subclass (or `StreamingDataset` itself): a trainer's own dataset class
                *,
-               reasons=None, # skip-list reasons to apply (None: every reason present; opt-outs always apply)
+               reasons=None, # skip-list reasons to apply (None: every reason present but views'; opt-outs always apply)
                on_skip:str='substitute', # a skipped sample: 'substitute' a kept one of its shard, or 'drop' it from the epoch
                small:str|None='pad', # under a per-stream batching, a stream's last short batch: 'pad' (repeats), 'drop', or None (Mosaic's way)
                validate_hash:bool|str|None=None, # SHA-1 checks of shards (see `SkipStreamingDataset`); None: the class's own setting
+               view=None, # a view of the trees its streams read (`prx_nb.views`), or a list of views: only their samples are served
               )->type:
     "A subclass of `cls`, its constructor unchanged, that never serves a sample on the skip lists or opt-outs of the trees its streams read"
     from streaming import StreamingDataset
     if not (isinstance(cls, type) and issubclass(cls, StreamingDataset)):
         raise TypeError(f'with_skips takes a StreamingDataset subclass, not {cls!r}')
     if issubclass(cls, SkipsMixin): raise TypeError(f'{cls.__name__} honours skip lists already')
-    check_skip_options(on_skip, small)
+    check_skip_options(on_skip, small, reasons)
+    names = _view_names(view) or None
     opts = (('reasons', None if reasons is None else tuple(sorted(reasons))), ('on_skip', on_skip), ('small', small),
-            ('validate_hash', validate_hash))
+            ('validate_hash', validate_hash)) + ((('view', names),) if names else ())
     if (cls, opts) not in _MADE:
         _MADE[cls, opts] = type(f'{cls.__name__}WithSkips', (SkipsMixin, cls), dict(
             __module__=cls.__module__, __doc__=f'`{cls.__name__}` that honours the skip lists of the trees it reads (`prx_nb.loader.with_skips`)',
-            skip_reasons=reasons, skip_on=on_skip, skip_small=small, skip_validate_hash=validate_hash,
+            skip_reasons=reasons, skip_view=names, skip_on=on_skip, skip_small=small, skip_validate_hash=validate_hash,
             _skip_base=cls, _skip_opts=opts, __reduce_ex__=_reduce_with_skips))
     return _MADE[cls, opts]
 
@@ -714,6 +781,7 @@ def prx_locals(local, # PRX's `local`: one folder or a list (a prx_nb tree, one 
                proportions=None, # PRX's `proportions`: None, one share, or one per folder of `local`
                *,
                reasons=None, # skip-list reasons applied (None: every one; opt-outs always apply)
+               view=None, # a view of the trees (`prx_nb.views`), or a list of views: only their samples count
                on_skip:str='drop', # 'drop' or 'substitute': how the buckets' kept samples are counted
                small:str='pad', # 'drop' also leaves out buckets smaller than one batch
                batch_size:int|None=None, # device batch, for `small='drop'`
@@ -728,9 +796,11 @@ def prx_locals(local, # PRX's `local`: one folder or a list (a prx_nb tree, one 
         root, tier = _tree_of(Path(p))
         if root is None: out.append(str(p)); shares.append(share); continue  # PRX reads it as it is
         keys = [k for k in tree_buckets(root) if tier is None or k.split('/')[0] == tier]
-        counts = _local_counts(root, keys, reasons=reasons, trees=trees)
-        gone = _small_buckets(keys, counts, small=small, on_skip=on_skip, batch_size=batch_size or 1,
-                              batching=batching_method, canonical=None)
+        outside = set()
+        counts = _local_counts(root, keys, reasons=reasons, trees=trees, view=view, outside=outside)
+        gone = {k: _outside_view(view) for k in outside} | _small_buckets(
+            [k for k in keys if k not in outside], {k: c for k, c in counts.items() if k not in outside}, small=small,
+            on_skip=on_skip, batch_size=batch_size or 1, batching=batching_method, canonical=None)
         left |= {f'{root}/{k}': why for k, why in gone.items()}
         keys = [k for k in keys if k not in gone]
         n_of = lambda k: counts[k][1] if on_skip == 'drop' else counts[k][0]
@@ -753,6 +823,7 @@ def prx_dataset(local, # folders as PRX takes them: a prx_nb tree root or tier f
                 remote=None, # PRX's `remote`: not for prx_nb trees (PRX lists folders with os.listdir); None
                 proportions=None, # PRX's `proportions`: None, one share, or one per `local` folder (split over buckets by kept samples)
                 reasons=None, # skip-list reasons to apply (None: every reason; opt-outs always apply)
+                view=None, # a view of the trees (`prx_nb.views`), or a list of views: only their samples are served
                 on_skip:str='drop', # a skipped sample: 'drop' it (every kept sample once an epoch), or 'substitute' a kept one
                 small:str='pad', # a bucket that does not fill whole device batches: 'pad' with repeats of its samples, or 'drop'
                ):
@@ -763,10 +834,11 @@ def prx_dataset(local, # folders as PRX takes them: a prx_nb tree root or tier f
                          'sync the tree to a local folder and give it as local=, or read it with prx_nb.loader.tree_dataset')
     streaming, processed, dataloader = (_as_config(mod, n, v) for n, v in
                                         (('StreamingConfig', streaming), ('ProcessedConfig', processed), ('DataLoaderConfig', dataloader)))
-    folders, shares, left = prx_locals(local, proportions, reasons=reasons, on_skip=on_skip, small=small,
+    folders, shares, left = prx_locals(local, proportions, reasons=reasons, view=view, on_skip=on_skip, small=small,
                                        batch_size=streaming.batch_size, batching_method=streaming.batching_method)
-    for k, why in left.items(): warnings.warn(f'{k} is left out: {why}', stacklevel=2)
-    cls = with_skips(mod.StreamingProcessedDataset, reasons=reasons, on_skip=on_skip, small=small)
+    for k, why in left.items():
+        if not (view and why == _outside_view(view)): warnings.warn(f'{k} is left out: {why}', stacklevel=2)
+    cls = with_skips(mod.StreamingProcessedDataset, reasons=reasons, view=view, on_skip=on_skip, small=small)
     ds = cls(local=folders, remote=None, proportions=None, streaming=streaming, processed=processed, dataloader=dataloader)
     if shares is not None: ds.set_proportions(shares)  # PRX's own proportions open each local folder as a file: given here instead
     ds.left_out, ds.folders = left, folders
@@ -776,6 +848,7 @@ def prx_dataset(local, # folders as PRX takes them: a prx_nb tree root or tier f
 def prx_yaml(root:str|Path, # a local prx_nb tree
              *,
              reasons=None, # skip-list reasons (None: every one)
+             view=None, # a view of the tree (`prx_nb.views`): only its samples are served
              batching_method:str='device_per_stream', # PRX's configs use device_per_stream
              num_workers:int=8, # DataLoader workers, as PRX's configs set them
             )->str:
@@ -784,10 +857,10 @@ def prx_yaml(root:str|Path, # a local prx_nb tree
     keys = tree_buckets(root)
     if not keys: raise ValueError(f'{root}: no finished buckets (<tier>/<W>x<H> with bucket.json and index.json); check the path')
     kept, fields = {}, set()
-    for k, (_, n) in _local_counts(root, keys, reasons=reasons, trees={}).items():
+    for k, (_, n) in _local_counts(root, keys, reasons=reasons, trees={}, view=view).items():
         kept[k.split('/')[0]] = kept.get(k.split('/')[0], 0) + n
         fields |= set(bucket_columns(root / k))
-    tiers = sorted(kept, key=int)
+    tiers = sorted((t for t in kept if kept[t] or not view), key=int)  # a tier the view holds none of: not read
     caps = sorted(f for f in fields if f.startswith('caption_'))
     if 'jpg' in fields: raise ValueError(f'{root}: written with the jpg field, which PRX cannot find: run `prx_migrate_mds --mds {root}` first')
     tot = sum(kept.values())
@@ -795,6 +868,7 @@ def prx_yaml(root:str|Path, # a local prx_nb tree
              '_target_: prx_nb.loader.prx_dataset', 'local:', *[f'  - {root / t}' for t in tiers],
              f'proportions: [{", ".join(f"{kept[t] / tot:.4f}" for t in tiers)}]  # each tier by its kept samples; change to reweight',
              f'reasons: {"null" if reasons is None else "[" + ", ".join(sorted(reasons)) + "]"}  # skip lists applied (null: all); opt-outs always',
+             *([f'view: {view}  # only the samples of this view of the tree (prx_view show {view} --mds {root})'] if view else []),
              'on_skip: drop', 'small: pad', '', 'streaming:', '  _target_: prx.dataset.mds_dataset.StreamingConfig',
              '  shuffle: true', f'  batching_method: {batching_method}', '', 'processed:',
              '  _target_: prx.dataset.mds_dataset.ProcessedConfig', '  caption_keys:', '    - [caption, 1.0]',
@@ -809,10 +883,11 @@ def prx_yaml(root:str|Path, # a local prx_nb tree
 @call_parse(example='prx_trainer_yaml --mds demo_out/mds --reasons dedup,optout > dataset.yaml')
 def prx_trainer_yaml(mds:str=None, # root of the MDS tree (required; a local folder)
                      reasons:str=None, # comma-separated skip-list reasons to apply (default: every one)
+                     view:str=None, # a view of the tree (prx_view): only its samples are served
                      batching:str='device_per_stream', # PRX's batching method
                      workers:int=8, # DataLoader workers
                     ):
     "Print the PRX dataset config (YAML) that trains on the tree with its skip lists: paste it under configs/yamls/dataset/"
     if not mds: raise SystemExit('prx_trainer_yaml: --mds is required')
-    try: print(prx_yaml(mds, reasons=reasons.split(',') if reasons else None, batching_method=batching, num_workers=workers), end='')
+    try: print(prx_yaml(mds, reasons=reasons.split(',') if reasons else None, view=view, batching_method=batching, num_workers=workers), end='')
     except ValueError as e: raise SystemExit(f'prx_trainer_yaml: {e}') from None

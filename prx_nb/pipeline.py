@@ -22,6 +22,7 @@ from .mds import WriteMDS, iter_bucket
 from .tree import read_skips, iter_buckets
 from .dedup import Dedup
 from .caption import Backend, CaptionSpec, Caption
+from .tags import Tags
 from .classify import Classify
 from .skips import Filter, Optout
 
@@ -60,8 +61,8 @@ class Compact(Stage):
         before, after = compact(ctx.table)
         return StageRun('compact', 'ran', outputs=dict(fragments_before=before, fragments=after, compacted=True))
 
-SECTIONS = (RunOptions, Ingest, Profile, Explore, Caption, Classify, Phash, WriteMDS, Dedup, Filter, Optout)  # the TOML, in this order
-STAGES = (Ingest, Compact, Profile, Phash, Explore, Caption, Classify, Optout, WriteMDS, Dedup, Filter)  # opt-outs before the tree: it never holds them
+SECTIONS = (RunOptions, Ingest, Profile, Explore, Caption, Tags, Classify, Phash, WriteMDS, Dedup, Filter, Optout)  # the TOML, in this order
+STAGES = (Ingest, Compact, Profile, Phash, Explore, Caption, Tags, Classify, Optout, WriteMDS, Dedup, Filter)  # opt-outs before the tree: it never holds them
 CONFIG = {s.section: s.options() for s in SECTIONS}  # section -> key -> (default, one-line help): what --print-config prints
 
 # %% ../nbs/11_pipeline.ipynb #5b5fd8b3
@@ -101,7 +102,7 @@ def _check_values(c:dict, where:str):
     "Each stage's own checks, then the ones between stages; `ValueError` naming the key."
     def bad(key, why): raise ValueError(f'{where}: {key} {why}')
     st = _stages(c)
-    for s in ('run', 'ingest', 'caption', 'classify', 'filter', 'dedup', 'mds', 'optout'): st[s].check(bad)
+    for s in ('run', 'ingest', 'caption', 'tags', 'classify', 'filter', 'dedup', 'mds', 'optout'): st[s].check(bad)
     k = st['classify']
     if st['filter'].enabled and not k.enabled: bad('filter.enabled', 'needs classify.enabled (the labels it turns into skip lists)')
     if st['filter'].enabled and (extra := set(st['filter'].labels) - set(k.labels)):

@@ -14,7 +14,7 @@ from .core import call_parse
 from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, empty_bucket, read_whole, sweep_tmp, locked,
                    skip_files, read_sidecar, missing_sidecars, SKIP_RECORD, add_skips, read_skips, skip_reasons,
                    OPTOUT, abs_table, read_id_column, ledger_path, read_ledger, recorded_table, tree_table, read_optouts,
-                   write_optout_record, optout_indices, read_ids, set_skips, skip_shards)
+                   write_optout_record, optout_indices, read_ids, set_skips, skip_shards, reason_applies)
 from .table import sql_in
 from .mds import BucketWrite, copy_bucket
 from .classify import check_label
@@ -53,14 +53,14 @@ def skip_ids(root:str|Path, # the MDS tree
 def skip_stats(root:str|Path, # an MDS tree
                threshold:float=0.10, # skipped share above which a rewrite is advised
               ):
-    "A DataFrame per bucket: samples, skipped (per reason and in all), share, rewrite."
+    "A DataFrame per bucket: samples, skipped (per reason and in all), share, rewrite; views' lists are not skips (see `prx_nb.views`)."
     import pandas as pd
     rows = []
     for b in iter_buckets(root):
         if problems := check_bucket(b): refuse_damaged(problems, 'skip_stats')
         n = sum(s['samples'] for s in json.loads((b / 'index.json').read_text())['shards'])
         row = dict(bucket=bucket_key(b), samples=n)
-        for r in sorted(skip_reasons(b)): row[r] = sum(map(len, read_skips(b, [r]).values()))
+        for r in sorted(r for r in skip_reasons(b) if reason_applies(r)): row[r] = sum(map(len, read_skips(b, [r]).values()))
         row['skipped'] = sum(map(len, read_skips(b).values()))
         rows.append(row)
     df = pd.DataFrame(rows).fillna(0)
@@ -136,12 +136,13 @@ REWRITE_MARK = 'rewrite.json'  # in a rewritten tree: its source and options, an
 def rewrite_bucket(src:Path, # a bucket folder
                    dst:Path, # the fresh bucket folder
                    *,
-                   reasons=None, # skip-list reasons to leave out (None: all)
+                   reasons=None, # skip-list reasons to leave out (None: all but views')
                    exclude:set=frozenset(), # ids left out whatever the skip lists say (the opt-out record)
                    shard_bytes:int=128 << 20, # shard size limit
+                   views=(), # views' reasons (`view-NAME`): the samples they leave out are left out too
                   )->BucketWrite:
     "Copy the kept samples of bucket folder `src` (bytes as they are) into a fresh bucket folder `dst`; None when none is kept."
-    skips = read_skips(src, reasons)
+    skips = read_skips(src, reasons, views=views)
     drop = lambda m: m['index'] in skips.get(m['shard'], ()) or m['id'] in exclude
     if (src / 'manifest.parquet').exists() and not (dst / 'bucket.json').exists():
         rows = pq.read_table(src / 'manifest.parquet', columns=['id', 'shard', 'index']).to_pylist()
@@ -155,10 +156,11 @@ def rewrite_bucket(src:Path, # a bucket folder
 def rewrite(root:str|Path, # the MDS tree
             out:str|Path, # root of the fresh tree
             *,
-            reasons=None, # skip-list reasons to apply (None: all)
+            reasons=None, # skip-list reasons to apply (None: all but views')
             shard_bytes:int=128 << 20, # shard size limit
             progress:bool=True, # show a progress bar
             overwrite:bool=False, # `out` holds another tree or a finished rewrite: delete it and rewrite it whole (else: refuse)
+            views=(), # views' reasons (`view-NAME`): only the samples they keep are copied (`prx_nb.views.export_view`)
            )->dict:
     "A fresh MDS tree in `out`: the samples of `root` that no skip list names; a killed rewrite into `out` resumes."
     import shutil
@@ -168,6 +170,7 @@ def rewrite(root:str|Path, # the MDS tree
         raise ValueError(f'{out}: the new tree cannot be the tree {root} itself, inside it or above it; give another folder')
     mark = out / REWRITE_MARK
     me = dict(source=os.path.abspath(root), reasons=None if reasons is None else sorted(reasons), shard_bytes=shard_bytes)
+    if views: me['views'] = sorted(views)
     if out.is_dir() and any(out.iterdir()):
         try: was = json.loads(read_whole(mark))
         except (FileNotFoundError, ValueError): was = None
@@ -184,7 +187,7 @@ def rewrite(root:str|Path, # the MDS tree
     excl = read_optouts(root) | read_optouts(out)  # what either tree must never serve, kept in the new one
     if excl: write_optout_record(out, excl, table=tree_table(root))
     buckets = list(iter_buckets(root))
-    how = dict(reasons=reasons, exclude=excl, shard_bytes=shard_bytes)
+    how = dict(reasons=reasons, exclude=excl, shard_bytes=shard_bytes, views=tuple(views))
     res = {bucket_key(b): rewrite_bucket(b, out / bucket_key(b), **how)
            for b in tqdm(buckets, desc='rewrite', unit='bucket', disable=not progress)}
     tmp.write_text(json.dumps(me | dict(finished=True, finished_at=time.strftime('%Y-%m-%dT%H:%M:%S')))); os.replace(tmp, mark)

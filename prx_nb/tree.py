@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 
 # %% auto #0
-__all__ = ['SKIP_RECORD', 'OPTOUT', 'empty_bucket', 'iter_buckets', 'bucket_key', 'file_sha1', 'shard_header_problem',
-           'check_bucket', 'refuse_damaged', 'read_whole', 'sweep_tmp', 'file_lock', 'locked', 'skip_path',
-           'skip_files', 'read_sidecar', 'recorded_sidecars', 'missing_sidecars', 'refuse_missing', 'write_sidecar',
-           'remove_sidecar', 'set_skips', 'add_skips', 'read_skips', 'skip_shards', 'skip_reasons', 'skips_by_id',
-           'write_skips_by_id', 'abs_table', 'read_id_column', 'ledger_path', 'read_ledger', 'resolve_table',
-           'recorded_table', 'tree_table', 'read_optouts', 'stale_optouts', 'write_optout_record', 'optout_indices',
-           'read_ids']
+__all__ = ['SKIP_RECORD', 'VIEW_PREFIX', 'OPTOUT', 'empty_bucket', 'iter_buckets', 'bucket_key', 'file_sha1',
+           'shard_header_problem', 'check_bucket', 'refuse_damaged', 'read_whole', 'sweep_tmp', 'file_lock', 'locked',
+           'skip_path', 'skip_files', 'read_sidecar', 'recorded_sidecars', 'reason_applies', 'missing_sidecars',
+           'refuse_missing', 'write_sidecar', 'remove_sidecar', 'set_skips', 'add_skips', 'read_skips', 'skip_shards',
+           'skip_reasons', 'skips_by_id', 'write_skips_by_id', 'abs_table', 'read_id_column', 'ledger_path',
+           'read_ledger', 'resolve_table', 'recorded_table', 'tree_table', 'read_optouts', 'stale_optouts',
+           'write_optout_record', 'optout_indices', 'read_ids']
 
 # %% ../nbs/00e_tree.ipynb #594625f8
 _BUCKET_NAME = re.compile(r'\d+x\d+')
@@ -213,14 +213,25 @@ def _record_sidecar(bucket:Path, shard:str, reason:str, *, present:bool):
         tmp.write_text(json.dumps(dict(made_by='prx_nb.mds.write_sidecar', sidecars=per), indent=1))
         os.replace(tmp, b / SKIP_RECORD)
 
+VIEW_PREFIX = 'view-'  # the reason of a view's lists (`prx_nb.views`): the samples it leaves out, applied only where the view is asked for
+
+def reason_applies(reason:str, # a skip-list reason
+                   reasons=None, # the reasons a reader asks for (None: every reason that is not a view's)
+                   views=(), # the views' reasons it reads (`view-NAME`)
+                  )->bool:
+    "Whether `reason`'s lists hold back samples from a reader of `reasons` and `views`: a view's lists only where that view is read"
+    return reason in views or (not reason.startswith(VIEW_PREFIX) if reasons is None else reason in reasons)
+
 def missing_sidecars(bucket:Path, # a bucket folder
-                     reasons=None, # the reasons that matter (None: all)
+                     reasons=None, # the reasons that matter (None: all, with `views=None`)
+                     views=None, # None: `reasons` as they are; else a reader's views' reasons (see `reason_applies`)
                     )->list:
     "Paths of the sidecars of `reasons` that the bucket's record names and that are gone"
     rec = recorded_sidecars(bucket)
     if not rec: return []
     have = {(sh, r) for _, sh, r in skip_files(bucket)}
-    return [skip_path(bucket, sh, r) for sh, r in sorted(rec - have) if reasons is None or r in reasons]
+    wanted = (lambda r: reasons is None or r in reasons) if views is None else (lambda r: reason_applies(r, reasons, views))
+    return [skip_path(bucket, sh, r) for sh, r in sorted(rec - have) if wanted(r)]
 
 def refuse_missing(missing:list):
     "The `ValueError` a reader stops with when recorded sidecars are gone"
@@ -284,13 +295,15 @@ def add_skips(bucket:Path, # a bucket folder
 
 # %% ../nbs/00e_tree.ipynb #a5000038
 def read_skips(bucket:Path, # a bucket folder
-               reasons=None, # the reasons to union (None: all)
+               reasons=None, # the reasons to union (None: every reason but views')
+               views=(), # views' reasons (`view-NAME`) whose left-out samples are added: a view applies only where it is asked for
               )->dict:
-    "Shard basename → set of skipped indices in the bucket folder `bucket`, over `reasons`; `ValueError` naming a recorded sidecar that is gone."
-    if gone := missing_sidecars(bucket, reasons): refuse_missing(gone)
+    "Shard basename → set of skipped indices in the bucket folder `bucket`, over `reasons` and `views`; `ValueError` naming a recorded sidecar that is gone."
+    views = tuple(views)
+    if gone := missing_sidecars(bucket, reasons, views=views): refuse_missing(gone)
     out = {}
     for p, shard, reason in skip_files(bucket):
-        if reasons is None or reason in reasons:
+        if reason_applies(reason, reasons, views):
             out.setdefault(shard, set()).update(read_sidecar(p))
     return out
 

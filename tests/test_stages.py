@@ -4,7 +4,7 @@ import inspect, subprocess, sys, tomllib
 from pathlib import Path
 import pytest
 from fastcore.script import anno_parser
-from prx_nb import caption, classify, dedup, ingest, mds, skips, pipeline
+from prx_nb import caption, classify, dedup, ingest, mds, skips, pipeline, tags
 from prx_nb.stage import Stage, StageRun
 
 BIN = Path(sys.executable).parent
@@ -16,6 +16,9 @@ SURFACES = {
                                           endpoint=(caption.Backend, 'endpoint'), concurrency=(caption.Backend, 'concurrency'),
                                           device=(caption.Backend, 'device'), max_new_tokens=(caption.CaptionSpec, 'max_new_tokens'),
                                           max_pixels=(caption.prepare_image, 'max_pixels'))),
+    'tags': (tags.prx_tag, dict(batch_size=(tags.tag_table, 'batch_size'), commit_rows=(tags.tag_table, 'commit_rows'),
+                                retry_failed=(tags.tag_table, 'retry_failed'), replace=(tags.tag_table, 'replace'), name=(tags.tag_table, 'name'),
+                                endpoint=(caption.Backend, 'endpoint'), max_pixels=(caption.prepare_image, 'max_pixels'))),
     'classify': (classify.prx_classify, dict(batch_size=(classify.classify_table, 'batch_size'), commit_rows=(classify.classify_table, 'commit_rows'),
                                              retry_failed=(classify.classify_table, 'retry_failed'), replace=(classify.classify_table, 'replace'),
                                              name=(classify.classify_table, 'name'), backend=(classify.make_classifier, 'backend'),
@@ -54,7 +57,7 @@ def test_one_declaration_gives_print_config_flags_and_library_defaults(section):
 
 def test_every_section_is_a_stage_and_every_stage_runs_through_one_loop():
     assert all(issubclass(s, Stage) for s in pipeline.SECTIONS + pipeline.STAGES)
-    assert [s.section for s in pipeline.STAGES] == ['ingest', 'compact', 'profile', 'phash', 'explore', 'caption', 'classify',
+    assert [s.section for s in pipeline.STAGES] == ['ingest', 'compact', 'profile', 'phash', 'explore', 'caption', 'tags', 'classify',
                                                    'optout', 'mds', 'dedup', 'filter']
     assert all(s.run is not Stage.run for s in pipeline.STAGES), 'a stage without its own run'
     assert not [n for n in dir(pipeline) if n.endswith('_stage')], 'an adapter between the runner and a stage'
@@ -75,7 +78,7 @@ def test_a_flag_with_a_bad_value_names_the_script_and_the_key(tmp_path):
     assert err.returncode != 0 and "argument --radius: invalid int value: 'x'" in err.stderr, err.stderr
 
 
-@pytest.mark.parametrize('script', ['prx_caption', 'prx_classify', 'prx_filter', 'prx_ingest', 'prx_write_mds', 'prx_dedup'])
+@pytest.mark.parametrize('script', ['prx_caption', 'prx_tag', 'prx_classify', 'prx_filter', 'prx_ingest', 'prx_write_mds', 'prx_dedup'])
 def test_declared_scripts_help_shows_the_options_with_defaults(script):
     r = subprocess.run([str(BIN / script), '--help'], capture_output=True, text=True)
     assert r.returncode == 0 and 'Traceback' not in r.stderr, r.stderr
