@@ -425,22 +425,14 @@ class Browser:
 
 # %% ../nbs/05_explore.ipynb #383acea2
 @patch
-def where(self:Browser)->str|None:
-    "The SQL filter the controls select (and the browser's fixed `where`)."
-    return _and(self._base_where(), *(self._facet_where(c) for c in self.facets))
-
-@patch
-def _base_where(self:Browser)->str|None:
-    "The filter of the fixed `where`, status, source and tier (not the facets)."
+def where(self:Browser,
+          without:str|None=None, # a facet column whose choice is left out (its counts are taken under the rest)
+         )->str|None:
+    "The SQL filter the controls select: the browser's fixed `where`, status, source, tier and the facets chosen."
     st = {'ok': "status = 'ok'", 'not ok': "status != 'ok'", 'any': None}[self.status.value]
     src = f'source = {sql_str(self.source.value)}' if self.source.value != 'any' else None
-    return _and(*[self.base, st, src, tier_sql(self.tier.value) if self.tier.value else None])
-
-@patch
-def _facet_where(self:Browser, column:str)->str|None:
-    "The filter of one facet's selected value (None: any)."
-    v = self.facets[column].value
-    return None if v is None else facet_sql(column, v[0])
+    chosen = [facet_sql(c, w.value[0]) for c, w in getattr(self, 'facets', {}).items() if w.value is not None and c != without]
+    return _and(*[getattr(self, 'base', None), st, src, tier_sql(self.tier.value) if self.tier.value else None, *chosen])
 
 @patch
 def facet(self:Browser,
@@ -456,8 +448,7 @@ def _update_facets(self:Browser):
     self._updating = True
     try:
         for c, w in self.facets.items():
-            others = _and(self._base_where(), *(self._facet_where(o) for o in self.facets if o != c))
-            f = facet_counts(self.table, c, where=others)
+            f = facet_counts(self.table, c, where=self.where(without=c))
             opts = [('any', None)] + [(f'{"—" if v is None else v} ({n})', (v,)) for v, n in zip(f.value, f.rows) if v != 'other']
             keep = w.value
             if keep is not None and keep not in [o for _, o in opts]: opts.append((f'{keep[0]} (0)', keep))

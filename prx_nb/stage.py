@@ -4,7 +4,7 @@
 
 # %% ../nbs/00f_stage.ipynb #5a1e0c01
 from __future__ import annotations
-import copy, inspect, json
+import copy, inspect, json, re
 from dataclasses import dataclass, field, fields, asdict, MISSING
 from pathlib import Path
 from typing import ClassVar
@@ -61,6 +61,7 @@ def toml_value(v)->str:
     if isinstance(v, bool): return 'true' if v else 'false'
     if isinstance(v, str): return json.dumps(v)
     if isinstance(v, list): return '[' + ', '.join(map(toml_value, v)) + ']'
+    if isinstance(v, dict): return '{' + ', '.join(f'{k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)} = {toml_value(x)}' for k, x in v.items()) + '}'
     return repr(v)
 
 def _default(f):

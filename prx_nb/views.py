@@ -14,10 +14,13 @@ from .core import call_parse
 from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, read_whole, sweep_tmp, locked, VIEW_PREFIX,
                    set_skips, skip_shards, remove_sidecar, read_skips, abs_table, tree_table, read_optouts, optout_indices)
 from .skips import rewrite
+from typing import ClassVar
+from .stage import Stage, StageRun, RunContext, opt
 
 # %% auto #0
 __all__ = ['VIEWS', 'EXPORT_SHARE', 'view_reason', 'view_path', 'tree_views', 'load_view', 'read_view', 'view_reasons',
-           'bucket_problem', 'View', 'show_view', 'create_view', 'list_views', 'drop_view', 'export_view', 'prx_view']
+           'bucket_problem', 'View', 'show_view', 'create_view', 'list_views', 'drop_view', 'export_view', 'Views',
+           'prx_view']
 
 # %% ../nbs/10a_views.ipynb #a10a0002
 VIEWS = 'views'  # at the root of a tree: one lineage file per view, `views/<name>.json`
@@ -296,6 +299,28 @@ def export_view(root:str|Path, # an MDS tree
                                                reasons=None if reasons is None else sorted(reasons),
                                                exported=sum(w.written for w in res.values())))
     return res
+
+# %% ../nbs/10a_views.ipynb #b7e3a2c1
+@dataclass
+class Views(Stage):
+    "Named views made over the tree once it is written: `prx_run`'s [views]."
+    section: ClassVar[str] = 'views'
+    create: dict = opt({}, 'views made over the tree: name = "SQL predicate over the table", e.g. people = "tag_people >= 1"')
+
+    def applies(self, ctx:RunContext)->bool: return bool(self.create)
+
+    def check(self, bad):
+        "Each view has a name that is a word and a predicate."
+        for n, w in self.create.items():
+            try: view_reason(n)
+            except ValueError as e: bad(f'views.create.{n}', str(e))
+            if not isinstance(w, str) or not w.strip(): bad(f'views.create.{n}', f'must be a SQL predicate over the table (a string), got {w!r}')
+
+    def run(self, ctx:RunContext)->StageRun:
+        "The [views] stage of a run: every view made again over the tree just written (a rerun after a kill finishes it)."
+        made = {n: create_view(ctx.mds, n, where=w, table=ctx.table, replace=True, progress=ctx.progress) for n, w in self.create.items()}
+        return StageRun('views', 'ran', rows_in=sum(v.samples for v in made.values()), rows_out=sum(v.served for v in made.values()),
+                        outputs={n: f'{v.served} of {v.samples} served ({v.share:.1%})' for n, v in made.items()})
 
 # %% ../nbs/10a_views.ipynb #a10a0009
 def _print_view(v:View):

@@ -58,7 +58,7 @@ def test_one_declaration_gives_print_config_flags_and_library_defaults(section):
 def test_every_section_is_a_stage_and_every_stage_runs_through_one_loop():
     assert all(issubclass(s, Stage) for s in pipeline.SECTIONS + pipeline.STAGES)
     assert [s.section for s in pipeline.STAGES] == ['ingest', 'compact', 'profile', 'phash', 'explore', 'caption', 'tags', 'classify',
-                                                   'optout', 'mds', 'dedup', 'filter']
+                                                   'optout', 'mds', 'dedup', 'filter', 'views']
     assert all(s.run is not Stage.run for s in pipeline.STAGES), 'a stage without its own run'
     assert not [n for n in dir(pipeline) if n.endswith('_stage')], 'an adapter between the runner and a stage'
     assert inspect.signature(Stage.run).return_annotation in (StageRun, 'StageRun')

@@ -160,16 +160,26 @@ def test_browser_facets_filter_and_count(tmp_path, demo, tiny):
 
 
 @pytest.mark.slow
-def test_prx_run_tags_stage(tmp_path, demo, tiny):
-    "[tags] in a run: every usable row tagged under the schema file, its summary counts them, a rerun skips it."
+def test_prx_run_tags_and_views_stages(tmp_path, demo, tiny):
+    "[tags] and [views] in a run: every usable row tagged under the schema file, views made over the tree from tag and size predicates, a rerun skips both."
     from prx_nb.pipeline import run_pipeline
     (tmp_path / 'schema.json').write_text(json.dumps({'kind': ['photo', 'other'], 'outdoor': 'bool'}))
     c = dict(run=dict(out=str(tmp_path / 'run')), ingest=dict(sources=demo_sources(demo)), mds=dict(part_rows=16),
-             tags=dict(enabled=True, backend='transformers', model=tiny, schema=str(tmp_path / 'schema.json'), max_pixels=128 * 128, batch_size=16))
+             tags=dict(enabled=True, backend='transformers', model=tiny, schema=str(tmp_path / 'schema.json'), max_pixels=128 * 128, batch_size=16),
+             views=dict(create={'wide': 'width > height', 'tagged_wide': "tag_status = 'ok' AND width > height"}))
     s = run_pipeline(c, progress=False)
     t = str(tmp_path / 'run' / 'corpus.lance')
     n_ok = lance.dataset(t).count_rows("status = 'ok'")
     r = s.stage('tags')
     assert r.status == 'ran' and r.rows_in == r.rows_out == n_ok and r.outputs['columns'] == 'tag_kind,tag_outdoor'
     assert lance.dataset(t).count_rows("tag_status = 'ok' AND tag_kind IS NOT NULL") == n_ok
-    assert run_pipeline(c, progress=False).stage('tags').status == 'skipped'
+    from prx_nb.views import list_views
+    from prx_nb.loader import tree_dataset
+    v = s.stage('views')
+    assert v.status == 'ran' and set(v.outputs) == {'wide', 'tagged_wide'}
+    assert list(list_views(tmp_path / 'run' / 'mds').sort_values('name').name) == ['tagged_wide', 'wide']
+    wide = set(lance.dataset(t).to_table(columns=['id'], filter='width > height')['id'].to_pylist())
+    served = {x['id'] for x in tree_dataset(tmp_path / 'run' / 'mds', batch_size=1, view='wide', on_skip='drop', reasons=[], shuffle=False)}
+    assert served and served <= wide
+    again = run_pipeline(c, progress=False)
+    assert again.stage('tags').status == again.stage('views').status == 'skipped'
