@@ -247,7 +247,7 @@ class InceptionEmbedder:
 
 # %% ../nbs/00a_embed.ipynb #2b676187
 class HFEmbedder:
-    "CLIP or DINOv2 embeddings from a local checkpoint."
+    "CLIP, SigLIP or DINOv2 image embeddings from a local checkpoint."
     def __init__(self, path:str, # a local folder with config.json, weights and the image processor's config
                  device:str='cpu', # torch device
                  batch_size:int=32): # images per forward pass
@@ -259,23 +259,23 @@ class HFEmbedder:
                 '336 px (openai/clip-vit-large-patch14-336), DINO-MMD a DINOv2 (facebook/dinov2-base, say); '
                 'download one beforehand (huggingface-cli download REPO --local-dir DIR) and pass DIR: '
                 'nothing is fetched at run time.')
-        from transformers import AutoConfig, AutoImageProcessor, AutoModel, CLIPModel
+        from transformers import AutoConfig, AutoImageProcessor, AutoModel, CLIPModel, SiglipModel
         cfg = AutoConfig.from_pretrained(p, local_files_only=True)
         self.kind = cfg.model_type
-        if self.kind not in ('clip', 'dinov2'):
+        if self.kind not in ('clip', 'siglip', 'dinov2'):
             raise ValueError(f'{path}: a {self.kind} checkpoint; '
-                             'HFEmbedder takes CLIP (CMMD) or DINOv2 (DINO-MMD)')
+                             'HFEmbedder takes CLIP (CMMD), SigLIP or DINOv2 (DINO-MMD)')
         self.processor = AutoImageProcessor.from_pretrained(p, local_files_only=True, use_fast=False)
-        model = CLIPModel if self.kind == 'clip' else AutoModel
+        model = {'clip': CLIPModel, 'siglip': SiglipModel}.get(self.kind, AutoModel)
         self.model = model.from_pretrained(p, local_files_only=True).eval().to(device)
-        self.dim = cfg.projection_dim if self.kind == 'clip' else cfg.hidden_size
+        self.dim = {'clip': lambda: cfg.projection_dim, 'siglip': lambda: cfg.vision_config.hidden_size}.get(self.kind, lambda: cfg.hidden_size)()
         digest = hashlib.sha1((p / 'config.json').read_bytes()).hexdigest()[:8]
         self.name = f"{self.kind}-{p.resolve().name}-{digest}"
         self.torch, self.device, self.batch_size = torch, device, batch_size
 
     def _features(self, pixel_values):
-        "Unnormalised features: CLIP's projection, DINOv2's CLS token."
-        if self.kind == 'clip': return self.model.get_image_features(pixel_values=pixel_values)
+        "Unnormalised features: CLIP's projection, SigLIP's pooled image embedding, DINOv2's CLS token."
+        if self.kind in ('clip', 'siglip'): return self.model.get_image_features(pixel_values=pixel_values)
         return self.model(pixel_values=pixel_values).last_hidden_state[:, 0]
 
     def __call__(self, datas:list)->Embedded:

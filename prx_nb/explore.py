@@ -62,7 +62,12 @@ def add_image_embeddings(table:str, # the Lance table
         raise ValueError(f'{table}: column {column} holds {dim}-d vectors and {embedder.name} makes '
                          f'{embedder.dim}-d ones; give another column name')
     fill = Fill(fn, column, read_columns=('image', 'uri'), dtype=pa.list_(pa.float32(), dim), batch_size=64)
-    return fill_column(table, fill, where=where, progress=progress)
+    made = (ds.schema.field(column).metadata or {}).get(b'model') if column in ds.schema.names else None
+    if made and made.decode() != embedder.name:
+        raise ValueError(f'{table}: column {column} holds {made.decode()} embeddings, not {embedder.name}; give another column name')
+    r = fill_column(table, fill, where=where, progress=progress)
+    if not made: lance.dataset(table).update_field_metadata({column: {'model': embedder.name, 'made_by': 'prx_nb.explore.add_image_embeddings'}})
+    return r
 
 # %% ../nbs/05_explore.ipynb #f974b765
 def add_caption_embeddings(table:str, # the Lance table

@@ -21,6 +21,7 @@ from .explore import Explore
 from .mds import WriteMDS, iter_bucket
 from .tree import read_skips, iter_buckets
 from .dedup import Dedup
+from .semdedup import SemDedup
 from .caption import Backend, CaptionSpec, Caption
 from .tags import Tags
 from .classify import Classify
@@ -62,8 +63,8 @@ class Compact(Stage):
         before, after = compact(ctx.table)
         return StageRun('compact', 'ran', outputs=dict(fragments_before=before, fragments=after, compacted=True))
 
-SECTIONS = (RunOptions, Ingest, Profile, Explore, Caption, Tags, Classify, Phash, WriteMDS, Dedup, Filter, Optout, Views)  # the TOML, in this order
-STAGES = (Ingest, Compact, Profile, Phash, Explore, Caption, Tags, Classify, Optout, WriteMDS, Dedup, Filter, Views)  # opt-outs before the tree: it never holds them
+SECTIONS = (RunOptions, Ingest, Profile, Explore, Caption, Tags, Classify, Phash, WriteMDS, Dedup, SemDedup, Filter, Optout, Views)  # the TOML, in this order
+STAGES = (Ingest, Compact, Profile, Phash, Explore, Caption, Tags, Classify, Optout, WriteMDS, Dedup, SemDedup, Filter, Views)  # opt-outs before the tree: it never holds them
 CONFIG = {s.section: s.options() for s in SECTIONS}  # section -> key -> (default, one-line help): what --print-config prints
 
 # %% ../nbs/11_pipeline.ipynb #5b5fd8b3
@@ -103,7 +104,7 @@ def _check_values(c:dict, where:str):
     "Each stage's own checks, then the ones between stages; `ValueError` naming the key."
     def bad(key, why): raise ValueError(f'{where}: {key} {why}')
     st = _stages(c)
-    for s in ('run', 'ingest', 'caption', 'tags', 'classify', 'filter', 'dedup', 'mds', 'optout', 'views'): st[s].check(bad)
+    for s in ('run', 'ingest', 'caption', 'tags', 'classify', 'filter', 'dedup', 'semdedup', 'mds', 'optout', 'views'): st[s].check(bad)
     k = st['classify']
     if st['filter'].enabled and not k.enabled: bad('filter.enabled', 'needs classify.enabled (the labels it turns into skip lists)')
     if st['filter'].enabled and (extra := set(st['filter'].labels) - set(k.labels)):
@@ -185,7 +186,7 @@ def _move_aside_if_changed(state:RunState, key:str, tree:Path)->str|None:
 
 def _output(name:str, ctx:RunContext)->str:
     "What stage `name` writes: the tree, the profile folder or the table."
-    return str(ctx.mds if name in ('mds', 'dedup', 'filter', 'optout', 'views') else ctx.out / 'profile' if name == 'profile' else ctx.table)
+    return str(ctx.mds if name in ('mds', 'dedup', 'semdedup', 'filter', 'optout', 'views') else ctx.out / 'profile' if name == 'profile' else ctx.table)
 
 def _outputs_exist(name:str, ctx:RunContext)->bool:
     "Whether what stage `name` wrote is still there (a deleted output is written again, whatever the state says)."

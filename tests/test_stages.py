@@ -4,7 +4,7 @@ import inspect, subprocess, sys, tomllib
 from pathlib import Path
 import pytest
 from fastcore.script import anno_parser
-from prx_nb import caption, classify, dedup, ingest, mds, skips, pipeline, tags
+from prx_nb import caption, classify, dedup, ingest, mds, skips, pipeline, tags, semdedup
 from prx_nb.stage import Stage, StageRun
 
 BIN = Path(sys.executable).parent
@@ -29,6 +29,9 @@ SURFACES = {
                                        max_pixels=(ingest.ingest, 'max_pixels'), retry_failed=(ingest.ingest, 'retry_failed'))),
     'mds': (mds.prx_write_mds, dict(shard_bytes=(mds.write_mds, 'shard_bytes'), part_rows=(mds.write_mds, 'part_rows'))),
     'dedup': (dedup.prx_dedup, dict(radius=(dedup.dedup_tree, 'radius'))),
+    'semdedup': (semdedup.prx_semdedup, dict(threshold=(semdedup.semdedup_tree, 'threshold'), k=(semdedup.semdedup_tree, 'k'),
+                                             seed=(semdedup.semdedup_tree, 'seed'), column=(semdedup.semdedup_tree, 'column'),
+                                             embed=(semdedup.semdedup_tree, 'embed'))),
 }
 
 
@@ -58,7 +61,7 @@ def test_one_declaration_gives_print_config_flags_and_library_defaults(section):
 def test_every_section_is_a_stage_and_every_stage_runs_through_one_loop():
     assert all(issubclass(s, Stage) for s in pipeline.SECTIONS + pipeline.STAGES)
     assert [s.section for s in pipeline.STAGES] == ['ingest', 'compact', 'profile', 'phash', 'explore', 'caption', 'tags', 'classify',
-                                                   'optout', 'mds', 'dedup', 'filter', 'views']
+                                                   'optout', 'mds', 'dedup', 'semdedup', 'filter', 'views']
     assert all(s.run is not Stage.run for s in pipeline.STAGES), 'a stage without its own run'
     assert not [n for n in dir(pipeline) if n.endswith('_stage')], 'an adapter between the runner and a stage'
     assert inspect.signature(Stage.run).return_annotation in (StageRun, 'StageRun')

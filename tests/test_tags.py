@@ -161,11 +161,12 @@ def test_browser_facets_filter_and_count(tmp_path, demo, tiny):
 
 @pytest.mark.slow
 def test_prx_run_tags_and_views_stages(tmp_path, demo, tiny):
-    "[tags] and [views] in a run: every usable row tagged under the schema file, views made over the tree from tag and size predicates, a rerun skips both."
+    "[tags], [semdedup] and [views] in a run: every usable row tagged under the schema file, concept near-duplicates skipped, views made over the tree from tag and size predicates; a rerun skips all three."
     from prx_nb.pipeline import run_pipeline
     (tmp_path / 'schema.json').write_text(json.dumps({'kind': ['photo', 'other'], 'outdoor': 'bool'}))
     c = dict(run=dict(out=str(tmp_path / 'run')), ingest=dict(sources=demo_sources(demo)), mds=dict(part_rows=16),
              tags=dict(enabled=True, backend='transformers', model=tiny, schema=str(tmp_path / 'schema.json'), max_pixels=128 * 128, batch_size=16),
+             semdedup=dict(enabled=True, k=4, threshold=0.9),
              views=dict(create={'wide': 'width > height', 'tagged_wide': "tag_status = 'ok' AND width > height"}))
     s = run_pipeline(c, progress=False)
     t = str(tmp_path / 'run' / 'corpus.lance')
@@ -182,4 +183,7 @@ def test_prx_run_tags_and_views_stages(tmp_path, demo, tiny):
     served = {x['id'] for x in tree_dataset(tmp_path / 'run' / 'mds', batch_size=1, view='wide', on_skip='drop', reasons=[], shuffle=False)}
     assert served and served <= wide
     again = run_pipeline(c, progress=False)
-    assert again.stage('tags').status == again.stage('views').status == 'skipped'
+    assert again.stage('tags').status == again.stage('views').status == again.stage('semdedup').status == 'skipped'
+    sd = s.stage('semdedup')
+    assert sd.status == 'ran' and sd.reasons['semdedup'] > 0 and sd.outputs['clusters'] == 4
+    assert lance.dataset(t).count_rows('cluster IS NOT NULL') == n_ok
