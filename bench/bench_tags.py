@@ -6,17 +6,15 @@ and the constraint's own cost, not a model's speed or its tags' quality.
 Goal (issue 33): 100% schema-valid under constrained decoding.
 Usage: python bench/bench_tags.py [--rows N] [--batch N]
 """
-import os, shutil, signal, socket, subprocess, sys, tempfile, time
+import shutil, tempfile
 from pathlib import Path
-import lance
 from common import record, parser
 from prx_nb.caption import TransformersCaptioner, OpenAICaptioner
-from prx_nb.tags import tag_spec, tag_table, TagBatch, tag_schema
-from prx_nb.testing import tiny_vlm
+from prx_nb.tags import tag_spec, tag_table, tag_schema
+from prx_nb.testing import tiny_vlm, transformers_serve
 from prx_nb.demo import build_demo, demo_sources
 from prx_nb.ingest import ingest
 
-BIN = Path(sys.executable).parent
 MAX_PIXELS = 128 * 128
 
 
@@ -44,21 +42,9 @@ def free_text(t, mdir, batch, limit):
 
 
 def served(t, mdir, limit, concurrency=4):
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
-    env = dict(os.environ, HF_HUB_OFFLINE='1')
-    srv = subprocess.Popen([str(BIN / 'transformers'), 'serve', '--host', '127.0.0.1', '--port', str(port), '--device', 'cpu',
-                            '--force_model', mdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    try:
-        import requests
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                if requests.get(f'http://127.0.0.1:{port}/health', timeout=1).ok: break
-            except requests.RequestException: time.sleep(0.3)
-        c = OpenAICaptioner(f'http://127.0.0.1:{port}/v1', tag_spec(mdir, max_pixels=MAX_PIXELS), concurrency=concurrency)
+    with transformers_serve(mdir) as url:
+        c = OpenAICaptioner(url, tag_spec(mdir, max_pixels=MAX_PIXELS), concurrency=concurrency)
         return tag_table(t, c, limit=limit, batch_size=16, progress=False), dict(concurrency=concurrency, enforced=False)
-    finally:
-        srv.send_signal(signal.SIGTERM); srv.wait(timeout=30)
 
 
 def main():

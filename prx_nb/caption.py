@@ -75,10 +75,17 @@ class Caption(Stage):
                 progress:bool=True, # show a progress bar
                )->CaptionRun:
         "Caption `table` as these options say."
-        b, ray = self.backend_of(), as_engine(engine).is_ray
-        return caption_table(table, b if ray else b.make(), self.name, where=self.where or None, batch_size=self.batch_size,
-                             commit_rows=self.commit_rows, retry_failed=self.retry_failed, limit=limit, engine=engine,
-                             actors=Actors(self.actors, self.gpus_per_actor, self.cpus_per_actor), progress=progress)
+        return caption_table(table, self.captioner(engine), self.name, limit=limit, engine=engine, progress=progress, **self.fill_options())
+
+    def captioner(self, engine:Engine|str='local'):
+        "The captioner these options name: its `Backend` on Ray (each replica builds its own), else built here."
+        b = self.backend_of()
+        return b if as_engine(engine).is_ray else b.make()
+
+    def fill_options(self)->dict:
+        "What these options set of the column fill (`caption_table`'s and `tag_table`'s keywords)."
+        return dict(where=self.where or None, batch_size=self.batch_size, commit_rows=self.commit_rows, retry_failed=self.retry_failed,
+                    actors=Actors(self.actors, self.gpus_per_actor, self.cpus_per_actor))
 
     def check(self, bad):
         "The model is needed, and the backend must be one prx_nb knows."

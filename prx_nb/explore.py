@@ -359,13 +359,13 @@ def facet_counts(table:str, # the Lance table
                  where:str|None="status = 'ok'", # count only rows where this SQL holds
                  top:int=12, # the most frequent values kept (the rest summed as `other`)
                 )->pd.DataFrame:
-    "Rows per value of `column` (most frequent first; nulls as None), under `where`."
+    "Rows per value of `column` (most frequent first; nulls as None), under `where`; `rest` marks the row that sums the values past `top`."
     ds = open_table(table)
     if column not in ds.schema.names: raise ValueError(f'{table} has no column {column}; its facets: {facet_columns(ds)}')
     vc = ds.to_table(columns=[column], filter=where)[column].value_counts().to_pylist()
-    df = pd.DataFrame([(d['values'], d['counts']) for d in vc], columns=['value', 'rows'])
+    df = pd.DataFrame([(d['values'], d['counts'], False) for d in vc], columns=['value', 'rows', 'rest'])
     df = df.sort_values(['rows', 'value'], ascending=[False, True], key=lambda c: c if c.name == 'rows' else c.astype(str)).reset_index(drop=True)
-    if len(df) > top: df = pd.concat([df.head(top), pd.DataFrame([('other', int(df.rows[top:].sum()))], columns=['value', 'rows'])], ignore_index=True)
+    if len(df) > top: df = pd.concat([df.head(top), pd.DataFrame([('other', int(df.rows[top:].sum()), True)], columns=['value', 'rows', 'rest'])], ignore_index=True)
     return df
 
 # %% ../nbs/05_explore.ipynb #3781fd20
@@ -444,8 +444,14 @@ def facet(self:Browser,
           column:str, # a facet column
           value, # one of its values (None: the rows where it is null)
          ):
-    "Filter to the rows whose `column` holds `value`, as a click on its button does."
-    self.facets[column].value = (value,)
+    "Filter to the rows whose `column` holds `value`, as a click on its button does (a value past the buttons shown too)."
+    if column not in self.facets: raise ValueError(f'{column} is not a facet of this browser; its facets: {list(self.facets)}')
+    w = self.facets[column]
+    if (value,) not in [o for _, o in w.options]:
+        self._updating = True
+        try: w.options = list(w.options) + [(f'{value} (…)', (value,))]
+        finally: self._updating = False
+    w.value = (value,)
 
 @patch
 def _update_facets(self:Browser):
@@ -454,7 +460,7 @@ def _update_facets(self:Browser):
     try:
         for c, w in self.facets.items():
             f = facet_counts(self.table, c, where=self.where(without=c))
-            opts = [('any', None)] + [(f'{"—" if v is None else v} ({n})', (v,)) for v, n in zip(f.value, f.rows) if v != 'other']
+            opts = [('any', None)] + [(f'{"—" if v is None else v} ({n})', (v,)) for v, n, rest in zip(f.value, f.rows, f.rest) if not rest]
             keep = w.value
             if keep is not None and keep not in [o for _, o in opts]: opts.append((f'{keep[0]} (0)', keep))
             w.options, w.value = opts, keep

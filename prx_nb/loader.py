@@ -13,7 +13,7 @@ from .core import call_parse
 from .tree import (iter_buckets, bucket_key, shard_header_problem, file_sha1, skip_files, SKIP_RECORD, read_skips,
                    OPTOUT, read_id_column, ledger_path, read_ledger, tree_table, read_optouts, stale_optouts, optout_indices)
 from .mds import raw_images, as_image_sample, bucket_columns
-from .views import VIEWS, VIEW_PREFIX, view_reason, read_view, load_view, bucket_problem
+from .views import VIEWS, VIEW_PREFIX, view_reason, read_view, load_view, bucket_problem, shards_digest
 
 # %% auto #0
 __all__ = ['REMOTE_RECORD', 'stream_optouts', 'stream_views', 'fetch_tree_files', 'check_skip_options', 'SkipsMixin',
@@ -52,7 +52,9 @@ def stream_optouts(st, # a `streaming.Stream` over one bucket of a tree
 def _view_names(view)->tuple:
     "The names `view` gives (None: none; a name; a list: a sample must be in every one), each checked to be a word"
     if view is None: return ()
-    names = (view,) if isinstance(view, str) else tuple(view)
+    names = (view,) if isinstance(view, str) else tuple(view) if isinstance(view, (list, tuple)) else None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise ValueError(f'view= takes a view\'s name or a list of names, not {view!r} (a YAML config: quote the name)')
     if not names: raise ValueError('view= names no view: give a name, a list of names, or None')
     for n in names: view_reason(n)
     return names
@@ -63,8 +65,10 @@ def _remote_view(st, root:str, name:str)->dict:
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(dst.name + f'.tmp{os.getpid()}')
     try: st._downloader.download(f'{root}/{VIEWS}/{name}.json', str(tmp), st.download_timeout)
-    except Exception:
+    except Exception as e:
         have = sorted(n[:-5] for n in _remote_names(f'{root}/{VIEWS}') if n.endswith('.json'))
+        if name in have: raise ValueError(f'{root}/{VIEWS}/{name}.json: the view\'s record could not be downloaded '
+                                          f'({type(e).__name__}: {e}); nothing is served through the view until it can') from None
         raise ValueError(f'{root}: no view {name!r}; its views: {", ".join(have) if have else "none"}') from None
     os.replace(tmp, dst)
     return load_view(dst, name)
@@ -86,7 +90,7 @@ def stream_views(st, # a `streaming.Stream` over one bucket of a tree
         root, key = local.parent.parent, bucket_key(local)
         if (root, names) not in cache: cache[root, names] = [read_view(root, n) for n in names]
     for v in cache[root, names]:
-        if why := bucket_problem(v, key, samples): raise ValueError(f'{local}: {why}')
+        if why := bucket_problem(v, key, samples, shards_digest(local / 'index.json')): raise ValueError(f'{local}: {why}')
     st._prx_view_kept = min(v['buckets'][key].get('in_view', 1) for v in cache[root, names])  # 0: the view holds none of it
     return tuple(map(view_reason, names))
 
@@ -868,7 +872,7 @@ def prx_yaml(root:str|Path, # a local prx_nb tree
              '_target_: prx_nb.loader.prx_dataset', 'local:', *[f'  - {root / t}' for t in tiers],
              f'proportions: [{", ".join(f"{kept[t] / tot:.4f}" for t in tiers)}]  # each tier by its kept samples; change to reweight',
              f'reasons: {"null" if reasons is None else "[" + ", ".join(sorted(reasons)) + "]"}  # skip lists applied (null: all); opt-outs always',
-             *([f'view: {view}  # only the samples of this view of the tree (prx_view show {view} --mds {root})'] if view else []),
+             *([f'view: {json.dumps(view)}  # only the samples of this view of the tree (prx_view show {view} --mds {root})'] if view else []),
              'on_skip: drop', 'small: pad', '', 'streaming:', '  _target_: prx.dataset.mds_dataset.StreamingConfig',
              '  shuffle: true', f'  batching_method: {batching_method}', '', 'processed:',
              '  _target_: prx.dataset.mds_dataset.ProcessedConfig', '  caption_keys:', '    - [caption, 1.0]',

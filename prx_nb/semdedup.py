@@ -362,6 +362,9 @@ def _write_clusters(table:str, ds, rowid:np.ndarray, *, labels:np.ndarray, group
     cl[at], gr[at] = labels, groups
     rows = pa.table({'_rowid': allr.cast(pa.uint64()), names[0]: pa.array(cl, pa.int32(), mask=cl < 0),
                      names[1]: pa.array(gr, pa.int64(), mask=gr < 0)})
+    d = lance.dataset(table)
+    if (old := [n for n in names if n in d.schema.names]):  # a kill between the two commits below must not leave new groups under old settings
+        d.update_field_metadata({n: {'digest': 'pending'} for n in old}, replace=True)
     write_back(table, rows)
     lance.dataset(table).update_field_metadata({names[0]: meta, names[1]: meta}, replace=True)
     return lance.dataset(table).version

@@ -169,12 +169,12 @@ def rewrite(root:str|Path, # the MDS tree
        Path(os.path.abspath(root)) in Path(os.path.abspath(out)).parents:
         raise ValueError(f'{out}: the new tree cannot be the tree {root} itself, inside it or above it; give another folder')
     mark = out / REWRITE_MARK
-    me = dict(source=os.path.abspath(root), reasons=None if reasons is None else sorted(reasons), shard_bytes=shard_bytes)
-    if views: me['views'] = sorted(views)
+    me = dict(source=os.path.abspath(root), reasons=None if reasons is None else sorted(reasons), shard_bytes=shard_bytes,
+              views=sorted(views))
     if out.is_dir() and any(out.iterdir()):
         try: was = json.loads(read_whole(mark))
         except (FileNotFoundError, ValueError): was = None
-        resume = was is not None and not was.get('finished') and {k: was.get(k) for k in me} == me
+        resume = was is not None and not was.get('finished') and {k: was.get(k) for k in me} | dict(views=was.get('views') or []) == me
         if not resume and not overwrite:
             what = ('a finished rewrite of ' + str(was.get('source')) if was and was.get('finished') else
                     'an unfinished rewrite with other options' if was else 'files that no rewrite wrote')

@@ -4,7 +4,7 @@
 
 # %% ../nbs/06a_tags.ipynb #b6ab1eca
 from __future__ import annotations
-import json, re
+import functools, json, re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -51,7 +51,7 @@ def _field_type(name:str, s:dict):
     if 'enum' in s:
         if all(isinstance(v, str) for v in s['enum']) and s['enum']: return pa.string()
         raise ValueError(f'tag field {name!r}: enum values must be strings, got {s["enum"]!r}')
-    if s.get('type') in _TYPES: return _TYPES[s['type']]
+    if isinstance(s.get('type'), str) and s['type'] in _TYPES: return _TYPES[s['type']]
     raise ValueError(f"tag field {name!r}: type {s.get('type')!r} is not supported (enum of strings, boolean, integer, number, string)")
 
 # %% ../nbs/06a_tags.ipynb #3d99754b
@@ -73,6 +73,7 @@ def tag_schema(spec=None, # a typed spec (field -> type), a JSON Schema (dict or
     if not props: raise ValueError('tag schema has no fields')
     for k, s in props.items():
         if not re.fullmatch(r'[a-z][a-z0-9_]*', k): raise ValueError(f'tag field {k!r}: a field name is lower-case letters, digits and _ (it names a column)')
+        if k == 'status' or k.endswith('_status'): raise ValueError(f"tag field {k!r}: a name ending in 'status' is kept for the outcome column; rename it")
         _field_type(k, s)
     return {'type': 'object', 'properties': props, 'required': list(props), 'additionalProperties': False}
 
@@ -152,10 +153,8 @@ class Tags(Caption):
             progress:bool=True, # show a progress bar
            )->TagRun:
         "Tag `table` as these options say."
-        b, ray = self.backend_of(), as_engine(engine).is_ray
-        return tag_table(table, b if ray else b.make(), name=self.name, where=self.where or None, batch_size=self.batch_size,
-                         commit_rows=self.commit_rows, retry_failed=self.retry_failed, replace=self.replace, limit=limit,
-                         engine=engine, actors=Actors(self.actors, self.gpus_per_actor, self.cpus_per_actor), progress=progress)
+        return tag_table(table, self.captioner(engine), name=self.name, replace=self.replace, limit=limit, engine=engine,
+                         progress=progress, **self.fill_options())
 
     def check(self, bad):
         "The model is needed, the backend must be known and the schema must read."
@@ -209,10 +208,10 @@ class TagRun:
         answered = sum(n for s, n in self.statuses.items() if s not in ('unreadable', 'error', 'rejected'))
         return self.statuses.get('ok', 0) / answered if answered else 0.0
 
-def _tally(out:pa.Table)->dict:
-    st = next(n for n in out.column_names if n.endswith('_status'))
+def _tally(out:pa.Table, status:str)->dict:
+    "Rows per outcome of a filled batch (`status`: its outcome column) and the tokens written."
     counts = {}
-    for s in out[st].to_pylist(): counts['status:' + s.split(':')[0]] = counts.get('status:' + s.split(':')[0], 0) + 1
+    for s in out[status].to_pylist(): counts['status:' + s.split(':')[0]] = counts.get('status:' + s.split(':')[0], 0) + 1
     return counts | dict(tokens=sum(out['tokens'].to_pylist()))
 
 def _ensure_tag_columns(table:str, fields:list, status:str, *, meta:dict, replace:bool):
@@ -222,8 +221,8 @@ def _ensure_tag_columns(table:str, fields:list, status:str, *, meta:dict, replac
     names = [f.name for f in fields] + [status]
     want = {k.encode(): v.encode() for k, v in meta.items()}
     old = {n: ds.schema.field(n).metadata or {} for n in names if n in ds.schema.names}
-    stale = [n for n, m in old.items() if m != want] + [n for n in ds.schema.names if n.startswith(status[:-len('status')]) and n not in names
-                                                        and (ds.schema.field(n).metadata or {}).get(b'made_by') == b'prx_nb.tags.tag_table']
+    mine = lambda n: (ds.schema.field(n).metadata or {}).get(b'tag_name') == want[b'tag_name']  # made by a run under this name
+    stale = [n for n, m in old.items() if m != want] + [n for n in ds.schema.names if n not in names and mine(n)]
     if stale and not replace:
         why = next((f'{k.decode()} was {m[k].decode()[:60]!r}' for n, m in old.items() for k in (b'json_schema', b'model', b'prompt_version')
                     if m.get(k) != want.get(k)), 'its columns differ')
@@ -256,10 +255,11 @@ def tag_table(table:str, # the Lance table
     if not spec.json_schema: raise ValueError('the tagger has no schema: build its spec with tag_spec(model, schema)')
     schema = json.loads(spec.json_schema)
     fields, st = tag_fields(schema, name), f'{name}_status'
-    _ensure_tag_columns(table, fields, st, meta=spec.meta() | {'made_by': 'prx_nb.tags.tag_table'}, replace=replace)
+    _ensure_tag_columns(table, fields, st, meta=spec.meta() | {'made_by': 'prx_nb.tags.tag_table', 'tag_name': name}, replace=replace)
     todo = f"status = 'ok' AND ({st} IS NULL" + (f" OR {st} != 'ok')" if retry_failed else ')')
     fill = Fill(TagBatch(tagger, schema, name), tuple(f.name for f in fields) + (st,), read_columns=('image', 'uri'),
-                dtype=[f.type for f in fields] + [pa.string()], todo=todo, batch_size=batch_size, commit_rows=commit_rows, tally=_tally)
+                dtype=[f.type for f in fields] + [pa.string()], todo=todo, batch_size=batch_size, commit_rows=commit_rows,
+                tally=functools.partial(_tally, status=st))
     f = fill_column(table, fill, where=where, limit=limit, engine=engine, actors=actors, progress=progress)
     statuses = {k.removeprefix('status:'): v for k, v in f.counts.items() if k.startswith('status:')}
     return TagRun([x.name for x in fields], rows=f.filled, statuses=statuses, output_tokens=f.counts.get('tokens', 0),

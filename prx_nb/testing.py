@@ -2,10 +2,11 @@
 scripts run in this process. Written by hand (no notebook exports it); not part of prx_nb's API."""
 from __future__ import annotations
 import io
+from contextlib import contextmanager
 from pathlib import Path
 from PIL import Image
 
-__all__ = ['tiny_image', 'tiny_hf_checkpoint', 'tiny_tokenizer', 'tiny_vlm', 'tiny_llm', 'run_script', 'script_exit']
+__all__ = ['tiny_image', 'tiny_hf_checkpoint', 'tiny_tokenizer', 'tiny_vlm', 'tiny_llm', 'transformers_serve', 'run_script', 'script_exit']
 
 
 def tiny_image(w:int=64, # width in pixels
@@ -26,16 +27,16 @@ def tiny_image(w:int=64, # width in pixels
 
 
 def tiny_hf_checkpoint(path:str|Path, # the folder to write (created)
-                       kind:str='clip', # 'clip' or 'dinov2'
+                       kind:str='clip', # 'clip', 'siglip' or 'dinov2'
                        *,
                        width:int=16, # hidden size (CLIP's projection is half of it)
                        seed:int=0, # weight initialisation seed
                       )->Path:
-    "A tiny random-weight CLIP or DINOv2 checkpoint at `path`."
+    "A tiny random-weight CLIP, SigLIP or DINOv2 checkpoint at `path`."
     import torch
     from transformers import (BitImageProcessor, CLIPConfig, CLIPImageProcessor, CLIPModel, Dinov2Config,
-                              Dinov2Model)
-    if kind not in ('clip', 'dinov2'): raise ValueError(f"kind must be 'clip' or 'dinov2', not {kind!r}")
+                              Dinov2Model, SiglipConfig, SiglipImageProcessor, SiglipModel)
+    if kind not in ('clip', 'siglip', 'dinov2'): raise ValueError(f"kind must be 'clip', 'siglip' or 'dinov2', not {kind!r}")
     torch.manual_seed(seed)
     tiny = dict(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=1, num_attention_heads=2)
     crop = dict(size={'shortest_edge': 32}, crop_size={'height': 32, 'width': 32})
@@ -44,10 +45,39 @@ def tiny_hf_checkpoint(path:str|Path, # the folder to write (created)
                          projection_dim=width // 2)
         CLIPModel(cfg).save_pretrained(path)
         CLIPImageProcessor(**crop).save_pretrained(path)
+    elif kind == 'siglip':
+        SiglipModel(SiglipConfig(text_config=dict(tiny, vocab_size=100), vision_config=dict(tiny, image_size=32, patch_size=8))).save_pretrained(path)
+        SiglipImageProcessor(size={'height': 32, 'width': 32}).save_pretrained(path)
     else:
         Dinov2Model(Dinov2Config(**tiny, image_size=32, patch_size=8)).save_pretrained(path)
         BitImageProcessor(**crop).save_pretrained(path)
     return Path(path)
+
+
+@contextmanager
+def transformers_serve(model_dir, # a local model directory
+                       tmp=None, # the server's TMPDIR (default: the process's)
+                       timeout:float=120.0, # seconds to wait for it to answer
+                      ):
+    "A real `transformers serve` process on `model_dir` at a free loopback port, CPU only: its base URL (ending in /v1) while the block runs."
+    import os, signal, socket, subprocess, sys, time, requests
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
+    env = dict(os.environ, HF_HUB_OFFLINE='1') | ({'TMPDIR': str(tmp)} if tmp else {})
+    srv = subprocess.Popen([str(Path(sys.executable).parent / 'transformers'), 'serve', '--host', '127.0.0.1', '--port', str(port),
+                            '--device', 'cpu', '--force_model', str(model_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                if requests.get(f'http://127.0.0.1:{port}/health', timeout=1).ok: break
+            except requests.RequestException: pass
+            if srv.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f'transformers serve on {model_dir} did not answer within {timeout:.0f} s (exit code {srv.poll()})')
+            time.sleep(0.3)
+        yield f'http://127.0.0.1:{port}/v1'
+    finally:
+        srv.send_signal(signal.SIGTERM); srv.wait(timeout=30)
 
 
 def run_script(f, # a console script (a `call_parse` function)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/10a_views.ipynb #a10a0001
 from __future__ import annotations
-import contextlib, json, os, re, time, warnings
+import contextlib, hashlib, json, os, re, time, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 import pandas as pd, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
@@ -19,8 +19,8 @@ from .stage import Stage, StageRun, RunContext, opt
 
 # %% auto #0
 __all__ = ['VIEWS', 'EXPORT_SHARE', 'view_reason', 'view_path', 'tree_views', 'load_view', 'read_view', 'view_reasons',
-           'bucket_problem', 'View', 'show_view', 'create_view', 'list_views', 'drop_view', 'export_view', 'Views',
-           'prx_view']
+           'shards_digest', 'bucket_problem', 'View', 'show_view', 'create_view', 'list_views', 'drop_view',
+           'export_view', 'Views', 'prx_view']
 
 # %% ../nbs/10a_views.ipynb #a10a0002
 VIEWS = 'views'  # at the root of a tree: one lineage file per view, `views/<name>.json`
@@ -82,9 +82,18 @@ def view_reasons(root:str|Path, # an MDS tree
     for n in names: read_view(root, n)
     return tuple(view_reason(n) for n in names)
 
+def shards_digest(index:str|Path, # a bucket's index.json
+                 )->str:
+    "A digest of the shards a bucket's index.json lists (names, sample counts, sizes and hashes): it changes when the bucket is written again"
+    try: shards = json.loads(read_whole(Path(index)))['shards']
+    except (FileNotFoundError, ValueError, KeyError) as e: raise ValueError(f'{index}: cannot read the shard list ({type(e).__name__}: {e})') from None
+    rows = [(s['raw_data']['basename'], s['samples'], s['raw_data'].get('bytes'), s['raw_data'].get('hashes')) for s in shards]
+    return hashlib.sha1(json.dumps(rows, sort_keys=True).encode()).hexdigest()[:16]
+
 def bucket_problem(view:dict, # a view's lineage
                    key:str, # a bucket key of its tree
                    samples:int, # the samples the bucket holds now
+                   shards:str|None=None, # `shards_digest` of the bucket's index.json now (None: not checked)
                   )->str|None:
     "Why the view's lists cannot be trusted for the bucket `key` (written or rewritten since the view was made), or None"
     rec = view.get('buckets', {}).get(key)
@@ -93,6 +102,8 @@ def bucket_problem(view:dict, # a view's lineage
     if rec.get('samples') != samples:
         return (f'{key} holds {samples} samples, {rec.get("samples")} when the view {view.get("name")!r} was made '
                 f'(written again since): the view\'s lists no longer match it; {again}')
+    if shards is not None and rec.get('shards') not in (None, shards):
+        return f'{key} was written again since the view {view.get("name")!r} was made (its shards changed): the view\'s lists no longer match it; {again}'
     return None
 
 # %% ../nbs/10a_views.ipynb #a10a0004
@@ -160,7 +171,7 @@ def show_view(root:str|Path, # an MDS tree
         k = bucket_key(b)
         n, kept, served = _count(b, reason, opted)
         rows.append(dict(tier=int(b.parent.name), bucket=k, samples=n, kept=kept, served=served,
-                         stale=bool(bucket_problem(v, k, n))))
+                         stale=bool(bucket_problem(v, k, n, shards_digest(b / 'index.json')))))
     df = pd.DataFrame(rows, columns=['tier', 'bucket', 'samples', 'kept', 'served', 'stale'])
     df['share'] = (df.served / df.samples.clip(lower=1)).round(4)
     df['export'] = (df.served > 0) & (df.share < EXPORT_SHARE)
@@ -209,35 +220,34 @@ def create_view(root:str|Path, # an MDS tree
             raise ValueError(f'{p}: the view {name!r} exists (where {was.get("where")!r}); pass replace=True '
                              f'(prx_view create {name} --replace) to make it again, or drop it first')
         ids, version = _matching(table, where)
-        lin = dict(name=name, where=where, table=table, lance_version=version, reason=reason,
-                   created=time.strftime('%Y-%m-%dT%H:%M:%S'), made_by='prx_nb.views.create_view', finished=False)
-        _write_json(p, lin)  # unfinished first: no reader serves the view until every list is written
-        opted, per_bucket, made_by = read_optouts(root), {}, 'prx_nb.views.create_view'
+        opted, per_bucket, made_by, lists = read_optouts(root), {}, 'prx_nb.views.create_view', {}
         opted_arr = pa.array(sorted(opted), pa.string())
-        for b in tqdm(buckets, desc=f'view {name}', unit='bucket', disable=not progress):
+        for b in buckets:  # every count and list first: a predicate that keeps nothing leaves an existing view as it was
             man = _manifest(b)
             inv = pc.is_in(man['id'], value_set=ids)
             out = man.filter(pc.invert(inv))  # the samples the view leaves out: its skip lists
             per = {}
             for s, i in zip(out['shard'].to_pylist(), out['index'].to_pylist()): per.setdefault(s, []).append(i)
-            shards = set(pc.unique(man['shard']).to_pylist())
-            for shard in sorted(skip_shards(b, reason) | shards):
-                set_skips(b, shard, reason, indices=per.get(shard, []), made_by=made_by)
+            lists[b] = (per, set(pc.unique(man['shard']).to_pylist()))
             n_in = int(pc.sum(inv).as_py() or 0)
             gone = int(pc.sum(pc.and_(inv, pc.is_in(man['id'], value_set=opted_arr))).as_py() or 0)
-            per_bucket[bucket_key(b)] = dict(samples=man.num_rows, in_view=n_in, kept=n_in - gone)
+            per_bucket[bucket_key(b)] = dict(samples=man.num_rows, in_view=n_in, kept=n_in - gone, shards=shards_digest(b / 'index.json'))
+        found = sum(c['in_view'] for c in per_bucket.values())
+        if not found:
+            raise ValueError(f'the predicate {where!r} keeps no sample of {root} ({len(ids)} row(s) of {table} match it, '
+                             'none of them in the tree); no view was made' + (f', and the view {name!r} is left as it was' if was else ''))
+        lin = dict(name=name, where=where, table=table, lance_version=version, reason=reason,
+                   created=time.strftime('%Y-%m-%dT%H:%M:%S'), made_by=made_by, finished=False)
+        _write_json(p, lin)  # unfinished first: no reader serves the view until every list is written
+        for b in tqdm(buckets, desc=f'view {name}', unit='bucket', disable=not progress):
+            per, shards = lists[b]
+            for shard in sorted(skip_shards(b, reason) | shards):
+                set_skips(b, shard, reason, indices=per.get(shard, []), made_by=made_by)
         tiers = {}
         for k, c in per_bucket.items():
             t = tiers.setdefault(k.split('/')[0], dict(samples=0, in_view=0, kept=0))
             for a in t: t[a] += c[a]
         samples, kept = sum(c['samples'] for c in per_bucket.values()), sum(c['kept'] for c in per_bucket.values())
-        found = sum(c['in_view'] for c in per_bucket.values())
-        if not found:
-            for b in buckets:
-                for shard in skip_shards(b, reason): remove_sidecar(b, shard, reason)
-            p.unlink(missing_ok=True)
-            raise ValueError(f'the predicate {where!r} keeps no sample of {root} ({len(ids)} row(s) of {table} match it, '
-                             'none of them in the tree); no view was made')
         lin |= dict(finished=True, matched=len(ids), not_in_tree=len(ids) - found, samples=samples, kept=kept,
                     share=round(kept / max(samples, 1), 4), tiers=tiers, buckets=per_bucket)
         _write_json(p, lin)
@@ -289,7 +299,7 @@ def export_view(root:str|Path, # an MDS tree
     root = Path(root)
     v = read_view(root, name)
     stale = [why for b in iter_buckets(root)
-             if (why := bucket_problem(v, bucket_key(b), pq.ParquetFile(b / 'manifest.parquet').metadata.num_rows))]
+             if (why := bucket_problem(v, bucket_key(b), pq.ParquetFile(b / 'manifest.parquet').metadata.num_rows, shards_digest(b / 'index.json')))]
     if stale: raise ValueError(f'{stale[0]}' + (f' (and {len(stale) - 1} more bucket(s))' if len(stale) > 1 else ''))
     with warnings.catch_warnings():  # buckets the view leaves out whole are expected here, not news
         warnings.filterwarnings('ignore', message='.*every one of its .* samples is skipped')

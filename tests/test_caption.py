@@ -1,12 +1,12 @@
 "Captioning over HTTP: a fault-injecting OpenAI-compatible server on loopback, a real `transformers serve` on the tiny model, and a killed run resumed."
-import json, os, signal, socket, subprocess, sys, threading, time
+import json, signal, socket, subprocess, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import lance
 import pytest
 from conftest import BIN
 from prx_nb.table import Actors
 from prx_nb.caption import CaptionSpec, CaptionerError, OpenAICaptioner, caption_table, prepare_image
-from prx_nb.testing import tiny_vlm
+from prx_nb.testing import tiny_vlm, transformers_serve
 from prx_nb.core import Engine
 from prx_nb.testing import tiny_image
 from prx_nb.demo import demo_sources
@@ -73,19 +73,10 @@ def free_port():
 def test_real_server_captions_the_demo_in_place(tmp_path, demo):
     "`transformers serve` (a real OpenAI-compatible server process) on the tiny model; the runner writes captions back."
     mdir = tiny_vlm(tmp_path / 'tiny')
-    port, env = free_port(), dict(os.environ, HF_HUB_OFFLINE='1', TMPDIR=str(tmp_path))
-    srv = subprocess.Popen([str(BIN / 'transformers'), 'serve', '--host', '127.0.0.1', '--port', str(port), '--device', 'cpu', '--force_model', mdir],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    try:
-        url, deadline = f'http://127.0.0.1:{port}', time.time() + 120
-        import requests
-        while time.time() < deadline:
-            try:
-                if requests.get(url + '/health', timeout=1).ok: break
-            except requests.RequestException: time.sleep(0.3)
+    with transformers_serve(mdir, tmp_path) as url:
         t = str(tmp_path / 't.lance'); ingest(t, demo_sources(demo), progress=False)
-        c = OpenAICaptioner(url + '/v1', CaptionSpec(mdir, max_new_tokens=16, max_pixels=128 * 128), concurrency=4)
-        r = subprocess.run([str(BIN / 'prx_caption'), '--table', t, '--endpoint', url + '/v1', '--model', mdir, '--column', 'served',
+        c = OpenAICaptioner(url, CaptionSpec(mdir, max_new_tokens=16, max_pixels=128 * 128), concurrency=4)
+        r = subprocess.run([str(BIN / 'prx_caption'), '--table', t, '--endpoint', url, '--model', mdir, '--column', 'served',
                             '--max-new-tokens', '16', '--max-pixels', str(128 * 128), '--limit', '12', '--quiet'], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr[-2000:]
         assert '12 rows captioned into caption_served' in r.stdout
@@ -95,8 +86,6 @@ def test_real_server_captions_the_demo_in_place(tmp_path, demo):
         run = caption_table(t, c, 'served', progress=False)  # the rest of the demo, same column: only rows without an outcome
         n_ok = lance.dataset(t).count_rows("status = 'ok'")
         assert run.rows == n_ok - 12 and lance.dataset(t).count_rows('caption_served_status IS NOT NULL') == n_ok
-    finally:
-        srv.send_signal(signal.SIGTERM); srv.wait(timeout=30)
 
 
 def test_killed_caption_run_resumes(tmp_path, demo):

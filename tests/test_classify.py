@@ -1,5 +1,5 @@
 "Caption classification end to end: a killed `prx_classify` resumed, the tiny LLM behind a real `transformers serve`, and the labels as skip lists read by the trainer's loader, Mosaic's stock reader and `prx_check`."
-import os, signal, socket, subprocess, time, warnings
+import signal, socket, subprocess, time, warnings
 import pyarrow.parquet as pq
 import lance, pandas as pd, pyarrow as pa, pytest
 from conftest import BIN
@@ -81,22 +81,12 @@ def free_port():
 @pytest.mark.slow
 def test_real_openai_server_that_ignores_the_constraint(tmp_path):
     "`transformers serve` on the tiny LLM: no structured outputs there, so replies are free text, parsed strictly."
-    import requests
+    from prx_nb.testing import transformers_serve
     mdir = tiny_llm(tmp_path / 'tiny')
-    port, env = free_port(), dict(os.environ, HF_HUB_OFFLINE='1', TMPDIR=str(tmp_path))
-    srv = subprocess.Popen([str(BIN / 'transformers'), 'serve', '--host', '127.0.0.1', '--port', str(port), '--device', 'cpu',
-                            '--force_model', mdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                if requests.get(f'http://127.0.0.1:{port}/health', timeout=1).ok: break
-            except requests.RequestException: time.sleep(0.3)
-        c = OpenAIClassifier(f'http://127.0.0.1:{port}/v1', ClassifySpec(mdir, max_new_tokens=4), concurrency=4, timeout=60)
+    with transformers_serve(mdir, tmp_path) as url:
+        c = OpenAIClassifier(url, ClassifySpec(mdir, max_new_tokens=4), concurrency=4, timeout=60)
         table = caption_table(tmp_path / 'srv.lance', 40)
         r = classify_table(table, c, 'k', caption_column='caption_x', batch_size=20, progress=False)
-    finally:
-        srv.send_signal(signal.SIGTERM); srv.wait(timeout=30)
     t = labels_of(table)
     assert r.rows == 40 and t.label_k_status.notna().all()
     kinds = t.label_k_status.str.split(':').str[0]

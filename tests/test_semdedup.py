@@ -106,13 +106,9 @@ def test_script_end_to_end(embedded):
 
 def test_a_local_siglip_checkpoint_embeds_and_clusters(tmp_path, embedded):
     "SigLIP from a local folder (a tiny random-weight one, built from a config): its embeddings fill a column of their own, named in its metadata, and cluster."
-    from transformers import SiglipConfig, SiglipModel, SiglipImageProcessor
     from prx_nb.embed import HFEmbedder
-    cfg = SiglipConfig(text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=99),
-                       vision_config=dict(hidden_size=48, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=8))
-    SiglipModel(cfg).save_pretrained(tmp_path / 'siglip')
-    SiglipImageProcessor(size={'height': 32, 'width': 32}).save_pretrained(tmp_path / 'siglip')
-    e = HFEmbedder(str(tmp_path / 'siglip'))
+    from prx_nb.testing import tiny_hf_checkpoint
+    e = HFEmbedder(str(tiny_hf_checkpoint(tmp_path / 'siglip', 'siglip', width=48)))
     assert (e.kind, e.dim) == ('siglip', 48) and e.name.startswith('siglip-siglip-')
     _, table = embedded
     t = str(tmp_path / 'copy.lance')
@@ -123,7 +119,7 @@ def test_a_local_siglip_checkpoint_embeds_and_clusters(tmp_path, embedded):
     assert ds.count_rows('embedding_siglip IS NOT NULL') == ds.count_rows("status = 'ok'")
     with pytest.raises(ValueError, match='column embedding_siglip holds'):
         add_image_embeddings(t, column='embedding_siglip', progress=False)  # EfficientNet into SigLIP's column: refused
-    r = add_clusters(t, column='embedding_siglip', k=3, out='cluster_siglip', group_out='group_siglip', progress=False)
+    add_clusters(t, column='embedding_siglip', k=3, out='cluster_siglip', group_out='group_siglip', progress=False)
     got = lance.dataset(t).to_table(columns=['cluster_siglip'], filter='embedding_siglip IS NOT NULL')['cluster_siglip']
     assert got.null_count == 0 and set(got.to_pylist()) == {0, 1, 2}
     assert lance.dataset(t).schema.field('cluster_siglip').metadata[b'embedding_model'].decode() == e.name

@@ -1,5 +1,5 @@
 "Structured tags end to end: a killed `prx_tag` resumed, the Ray fill, a real `transformers serve` that accepts the schema without enforcing it, a server that enforces it, and the browser's facets."
-import json, os, signal, socket, subprocess, threading, time
+import json, signal, subprocess, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import lance
 import pytest
@@ -8,7 +8,7 @@ from prx_nb.core import Engine
 from prx_nb.table import Actors
 from prx_nb.caption import Backend, OpenAICaptioner
 from prx_nb.tags import tag_schema, tag_spec, tag_table, parse_tags
-from prx_nb.testing import tiny_vlm
+from prx_nb.testing import tiny_vlm, transformers_serve
 from prx_nb.demo import demo_sources
 from prx_nb.ingest import ingest
 
@@ -68,28 +68,13 @@ def test_ray_tags_match_local(tmp_path, demo, tiny):
     assert len(ta) == 32 and ta.equals(tb)
 
 
-def free_port():
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_transformers_serve_answers_are_validated(tmp_path, demo, tiny):
     "`transformers serve` takes `response_format` and does not enforce it: every free-text answer is a row with its reason."
-    import requests
-    port, env = free_port(), dict(os.environ, HF_HUB_OFFLINE='1', TMPDIR=str(tmp_path))
-    srv = subprocess.Popen([str(BIN / 'transformers'), 'serve', '--host', '127.0.0.1', '--port', str(port), '--device', 'cpu',
-                            '--force_model', tiny], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                if requests.get(f'http://127.0.0.1:{port}/health', timeout=1).ok: break
-            except requests.RequestException: time.sleep(0.3)
-        t = fresh(tmp_path, demo)
-        c = OpenAICaptioner(f'http://127.0.0.1:{port}/v1', tag_spec(tiny, max_new_tokens=40, max_pixels=128 * 128), concurrency=4)
+    t = fresh(tmp_path, demo)
+    with transformers_serve(tiny, tmp_path) as url:
+        c = OpenAICaptioner(url, tag_spec(tiny, max_new_tokens=40, max_pixels=128 * 128), concurrency=4)
         r = tag_table(t, c, limit=16, progress=False)
-    finally:
-        srv.send_signal(signal.SIGTERM); srv.wait(timeout=30)
     assert c.constrain  # the server accepted the field
     assert r.rows == 16 and r.statuses.get('ok', 0) < 16 and set(r.statuses) <= {'ok', 'invalid', 'truncated', 'empty', 'refusal'}
     df = lance.dataset(t).to_table(filter='tag_status IS NOT NULL').to_pandas()
@@ -187,3 +172,23 @@ def test_prx_run_tags_and_views_stages(tmp_path, demo, tiny):
     sd = s.stage('semdedup')
     assert sd.status == 'ran' and sd.reasons['semdedup'] > 0 and sd.outputs['clusters'] == 4
     assert lance.dataset(t).count_rows('cluster IS NOT NULL') == n_ok
+
+
+def test_schema_mistakes_name_the_field_and_names_keep_runs_apart(tmp_path, demo):
+    "A field that would clash with the outcome column, or a type a column cannot hold, is refused naming it; a run under one name never drops another name's columns."
+    with pytest.raises(ValueError, match="'status'"): tag_schema({'status': 'bool'})
+    with pytest.raises(ValueError, match="'ok_status'"): tag_schema({'ok_status': 'bool'})
+    with pytest.raises(ValueError, match="tag field 'a'.*not supported"):
+        tag_schema({'type': 'object', 'properties': {'a': {'type': ['string', 'null']}}})
+    srv = ThreadingHTTPServer(('127.0.0.1', 0), Enforcing)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        t = fresh(tmp_path, demo)
+        url = f'http://127.0.0.1:{srv.server_port}/v1'
+        tag_table(t, OpenAICaptioner(url, tag_spec('tiny', tag_schema({'kind': ['a', 'b']}))), name='tag_v2', progress=False)
+        r = tag_table(t, OpenAICaptioner(url, tag_spec('tiny', tag_schema({'shot': ['near', 'far']}))), name='tag', progress=False)
+        again = tag_table(t, OpenAICaptioner(url, tag_spec('tiny', tag_schema({'mood': ['calm', 'busy']}))), name='tag', replace=True, progress=False)
+    finally: srv.shutdown()
+    cols = lance.dataset(t).schema.names
+    assert r.statuses == {'ok': r.rows} and again.columns == ['tag_mood']
+    assert {'tag_v2_kind', 'tag_v2_status', 'tag_mood', 'tag_status'} <= set(cols) and 'tag_shot' not in cols

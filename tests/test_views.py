@@ -166,3 +166,29 @@ def test_the_script(tree, tmp_path):
     assert r.returncode != 0 and "no view 'tall'; its views: photos" in r.stderr and 'Traceback' not in r.stderr
     r = run('create', 'x', '--where', 'nosuch > 1')
     assert r.returncode != 0 and "'nosuch > 1'" in r.stderr and 'Traceback' not in r.stderr
+
+
+def test_a_rebuilt_bucket_an_empty_replace_and_a_plain_rewrite_into_a_killed_export(tree, tmp_path):
+    "A bucket written again with as many samples is refused by the view's readers; a replace whose predicate keeps nothing leaves the view; a rewrite without the view never resumes a killed export."
+    from prx_nb.skips import rewrite, REWRITE_MARK
+    from prx_nb.loader import prx_yaml
+    root = tmp_path / 'copy'
+    shutil.copytree(tree[0], root)
+    before = show_view(root, 'photos')
+    with pytest.raises(ValueError, match='keeps no sample .* left as it was'):
+        create_view(root, 'photos', where="source = 'nowhere'", replace=True, progress=False)
+    assert show_view(root, 'photos').buckets.equals(before.buckets)
+    key = before.buckets.query('served > 0').bucket.iloc[0]
+    idx = root / key / 'index.json'
+    v = json.loads(idx.read_text())
+    v['shards'][0]['raw_data']['hashes'] = {'sha1': '0' * 40}  # the same count of samples, other shards
+    idx.write_text(json.dumps(v))
+    with pytest.raises(ValueError, match='written again since'): tree_dataset(root, batch_size=1, view='photos')
+    assert bool(show_view(root, 'photos').buckets.set_index('bucket').stale[key])
+    shutil.rmtree(root); shutil.copytree(tree[0], root)
+    export_view(root, 'photos', tmp_path / 'exp', progress=False)
+    mark = tmp_path / 'exp' / REWRITE_MARK
+    m = json.loads(mark.read_text()); m['finished'] = False; mark.write_text(json.dumps(m))  # as a killed export leaves it
+    with pytest.raises(ValueError, match='unfinished rewrite with other options'): rewrite(root, tmp_path / 'exp', progress=False)
+    assert 'view: "photos"' in prx_yaml(root, view='photos')
+    with pytest.raises(ValueError, match='quote the name'): tree_dataset(root, batch_size=1, view=2024)
