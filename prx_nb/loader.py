@@ -90,7 +90,7 @@ def stream_views(st, # a `streaming.Stream` over one bucket of a tree
         root, key = local.parent.parent, bucket_key(local)
         if (root, names) not in cache: cache[root, names] = [read_view(root, n) for n in names]
     for v in cache[root, names]:
-        if why := bucket_problem(v, key, samples, shards_digest(local / 'index.json')): raise ValueError(f'{local}: {why}')
+        if why := bucket_problem(v, key, samples, shards=shards_digest(local / 'index.json')): raise ValueError(f'{local}: {why}')
     st._prx_view_kept = min(v['buckets'][key].get('in_view', 1) for v in cache[root, names])  # 0: the view holds none of it
     return tuple(map(view_reason, names))
 

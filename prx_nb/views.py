@@ -171,7 +171,7 @@ def show_view(root:str|Path, # an MDS tree
         k = bucket_key(b)
         n, kept, served = _count(b, reason, opted)
         rows.append(dict(tier=int(b.parent.name), bucket=k, samples=n, kept=kept, served=served,
-                         stale=bool(bucket_problem(v, k, n, shards_digest(b / 'index.json')))))
+                         stale=bool(bucket_problem(v, k, n, shards=shards_digest(b / 'index.json')))))
     df = pd.DataFrame(rows, columns=['tier', 'bucket', 'samples', 'kept', 'served', 'stale'])
     df['share'] = (df.served / df.samples.clip(lower=1)).round(4)
     df['export'] = (df.served > 0) & (df.share < EXPORT_SHARE)
@@ -299,7 +299,7 @@ def export_view(root:str|Path, # an MDS tree
     root = Path(root)
     v = read_view(root, name)
     stale = [why for b in iter_buckets(root)
-             if (why := bucket_problem(v, bucket_key(b), pq.ParquetFile(b / 'manifest.parquet').metadata.num_rows, shards_digest(b / 'index.json')))]
+             if (why := bucket_problem(v, bucket_key(b), pq.ParquetFile(b / 'manifest.parquet').metadata.num_rows, shards=shards_digest(b / 'index.json')))]
     if stale: raise ValueError(f'{stale[0]}' + (f' (and {len(stale) - 1} more bucket(s))' if len(stale) > 1 else ''))
     with warnings.catch_warnings():  # buckets the view leaves out whole are expected here, not news
         warnings.filterwarnings('ignore', message='.*every one of its .* samples is skipped')
