@@ -16,10 +16,30 @@ from .mds import raw_images, as_image_sample, bucket_columns
 from .views import VIEWS, VIEW_PREFIX, view_reason, read_view, load_view, bucket_problem, shards_digest
 
 # %% auto #0
-__all__ = ['REMOTE_RECORD', 'stream_optouts', 'stream_views', 'fetch_tree_files', 'check_skip_options', 'SkipsMixin',
-           'SkipStreamingDataset', 'pad_multiple', 'keep_samples', 'tree_buckets', 'TreeDataset', 'tree_dataset',
-           'decode_sample', 'collate', 'with_skips', 'batch_report', 'prx_locals', 'prx_dataset', 'prx_yaml',
-           'prx_trainer_yaml']
+__all__ = ['REMOTE_RECORD', 'release_shared_memory_with_datasets', 'stream_optouts', 'stream_views', 'fetch_tree_files',
+           'check_skip_options', 'SkipsMixin', 'SkipStreamingDataset', 'pad_multiple', 'keep_samples', 'tree_buckets',
+           'TreeDataset', 'tree_dataset', 'decode_sample', 'collate', 'with_skips', 'batch_report', 'prx_locals',
+           'prx_dataset', 'prx_yaml', 'prx_trainer_yaml']
+
+# %% ../nbs/12_loader.ipynb #5e1ea5e1
+def release_shared_memory_with_datasets():
+    "Release each Mosaic shared-memory block when its holder is garbage-collected, not only at exit (once per process; idempotent)."
+    import weakref
+    import streaming.base.shared.memory as mem
+    if getattr(mem.SharedMemory.__init__, '_prx_releases', False): return
+    original = mem.SharedMemory.__init__
+
+    class Blocks:  # what `SharedMemory.cleanup` reads, without the block object itself (a finalizer must not hold it)
+        fix_unregister = mem.SharedMemory.fix_unregister
+        def __init__(self, created, opened): self.created_shms, self.opened_shms = created, opened
+
+    def init(self, name=None, create=None, size=0, auto_cleanup=True):
+        original(self, name, create, size, auto_cleanup=False)
+        if auto_cleanup: weakref.finalize(self, mem.SharedMemory.cleanup, Blocks(self.created_shms, self.opened_shms))
+    init._prx_releases = True
+    mem.SharedMemory.__init__ = init
+
+release_shared_memory_with_datasets()
 
 # %% ../nbs/12_loader.ipynb #c0ffee21
 REMOTE_RECORD = 'tree.optout.parquet'  # the tree's opt-out record, as a stream with `remote=` keeps it in its cache

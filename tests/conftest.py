@@ -5,26 +5,7 @@ import pytest
 os.environ.setdefault('RAY_AUTH_MODE', 'disabled')
 
 
-def _release_shared_memory_with_its_dataset():
-    """Mosaic registers every shared-memory block a StreamingDataset opens with `atexit`, which keeps the block (and its
-    file descriptor) alive until the process exits, however long ago its dataset was dropped: one pytest process that
-    builds a thousand datasets runs out of descriptors. Here the same cleanup runs when the block is garbage-collected
-    (or at exit, whichever comes first); what a dataset holds while it lives is unchanged."""
-    import weakref
-    import streaming.base.shared.memory as mem
-    original = mem.SharedMemory.__init__
-
-    class Blocks:  # what `SharedMemory.cleanup` reads, without the object itself (a finalizer must not hold it)
-        fix_unregister = mem.SharedMemory.fix_unregister
-        def __init__(self, created, opened): self.created_shms, self.opened_shms = created, opened
-
-    def init(self, name=None, create=None, size=0, auto_cleanup=True):
-        original(self, name, create, size, auto_cleanup=False)
-        if auto_cleanup: weakref.finalize(self, mem.SharedMemory.cleanup, Blocks(self.created_shms, self.opened_shms))
-    mem.SharedMemory.__init__ = init
-
-
-_release_shared_memory_with_its_dataset()
+import prx_nb.loader  # noqa: F401  releases Mosaic's shared memory with its datasets, not at exit: one pytest process builds a thousand
 BAD = Path(__file__).parent / 'data' / 'bad'
 BIN = Path(sys.executable).parent
 
