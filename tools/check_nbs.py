@@ -15,7 +15,7 @@ import ast, base64, json, re, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-QUIET_CALLS = re.compile(r'^(test_\w*|assert\w*|needs_extra|show_doc_none|print|display|plt\.close|np\.testing\.\w+|warnings\.\w+|'
+QUIET_CALLS = re.compile(r'^(test_\w*|assert\w*|needs_extra|release_shared_memory_with_datasets|show_doc_none|print|display|plt\.close|np\.testing\.\w+|warnings\.\w+|'
                          r'time\.sleep|os\.\w+|shutil\.\w+|([\w.]+\.)?(unlink|mkdir|write_text|write_bytes|close|clear|join|'
                          r'start|stop|shutdown|update|append|extend|add|remove|sort|touch|rmtree|rmdir|set_\w+|seed))$')
 PLOTS = re.compile(r'^(plt\.(show|plot|imshow|subplots|figure|bar|barh|hist|scatter)|\w+\.plot|show_images|show_grid|plot_\w+)$')
