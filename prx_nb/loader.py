@@ -34,7 +34,7 @@ def release_shared_memory_with_datasets():
         def __init__(self, created, opened): self.created_shms, self.opened_shms = created, opened
 
     def init(self, name=None, create=None, size=0, auto_cleanup=True):
-        original(self, name, create, size, auto_cleanup=False)
+        original(self, name=name, create=create, size=size, auto_cleanup=False)
         if auto_cleanup: weakref.finalize(self, mem.SharedMemory.cleanup, Blocks(self.created_shms, self.opened_shms))
     init._prx_releases = True
     mem.SharedMemory.__init__ = init
