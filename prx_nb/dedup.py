@@ -18,7 +18,8 @@ from .mds import iter_bucket
 from .stage import Stage, StageRun, RunContext, opt, with_options
 
 # %% auto #0
-__all__ = ['keep_best', 'near_pairs', 'dedup_keep', 'TreeDedup', 'tree_fingerprints', 'Dedup', 'dedup_tree', 'prx_dedup']
+__all__ = ['keep_best', 'near_pairs', 'dedup_keep', 'SkipCounts', 'TreeDedup', 'tree_fingerprints', 'Dedup', 'dedup_tree',
+           'prx_dedup']
 
 # %% ../nbs/09_dedup.ipynb #cef17540
 needs_extra('prx_nb.dedup', 'build')   # importing this module without it says what to install
@@ -89,22 +90,25 @@ def dedup_keep(phash:np.ndarray, # int64 fingerprint per sample
     return keep_best(groups, pixels, nbytes, rank=rank, blocked=blocked), groups
 
 # %% ../nbs/09_dedup.ipynb #ea0446fe
+class SkipCounts:
+    "`total_skipped` and `skipped_per_tier` of a result whose `skipped` maps bucket key → samples skipped."
+    @property
+    def total_skipped(self)->int: return sum(self.skipped.values())
+    @property
+    def skipped_per_tier(self)->dict:
+        "Tier -> samples skipped."
+        out = {}
+        for k, n in self.skipped.items(): out[k.split('/')[0]] = out.get(k.split('/')[0], 0) + int(n)
+        return out
+
 @dataclass
-class TreeDedup:
+class TreeDedup(SkipCounts):
     "What `dedup_tree` did."
     samples: int = 0 # samples in the tree
     computed: int = 0 # fingerprints computed by this run (the others were in the manifests)
     groups: int = 0 # groups holding more than one copy
     skipped: dict[str, int] = field(default_factory=dict) # bucket key → samples skipped as dedup
     no_fingerprint: dict[str, str] = field(default_factory=dict) # id → why it has no fingerprint (it is kept)
-    @property
-    def total_skipped(self)->int: return sum(self.skipped.values())
-    @property
-    def skipped_per_tier(self)->dict:
-        "Tier -> samples skipped as dedup."
-        out = {}
-        for k, n in self.skipped.items(): out[k.split('/')[0]] = out.get(k.split('/')[0], 0) + int(n)
-        return out
 
 # %% ../nbs/09_dedup.ipynb #b8cc89d9
 def _write_manifest(path:Path, t:pa.Table):

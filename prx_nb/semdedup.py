@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from .core import call_parse, needs_extra
 from .table import write_back
 from .tree import iter_buckets, bucket_key, check_bucket, refuse_damaged, sweep_tmp, read_optouts, set_skips, skip_shards, tree_table
-from .dedup import keep_best
+from .dedup import keep_best, SkipCounts
 from .stage import Stage, StageRun, RunContext, opt, with_options
 
 # %% auto #0
@@ -415,21 +415,13 @@ def cluster_gallery(table:str, # the Lance table (with `add_clusters`' columns)
 
 # %% ../nbs/09a_semdedup.ipynb #e0a9c019
 @dataclass
-class TreeSemDedup:
+class TreeSemDedup(SkipCounts):
     "What `semdedup_tree` did."
     samples: int = 0 # samples in the tree
     clusters: ClusterRun|None = None # what `add_clusters` did on the table
     groups: int = 0 # near-duplicate groups with more than one sample in the tree
     skipped: dict[str, int] = field(default_factory=dict) # bucket key → samples skipped as semdedup
     no_embedding: dict[str, str] = field(default_factory=dict) # id → why it has no embedding (it is kept)
-    @property
-    def total_skipped(self)->int: return sum(self.skipped.values())
-    @property
-    def skipped_per_tier(self)->dict:
-        "Tier -> samples skipped as semdedup."
-        out = Counter()
-        for k, n in self.skipped.items(): out[k.split('/')[0]] += int(n)
-        return dict(out)
 
 # %% ../nbs/09a_semdedup.ipynb #e0a9c020
 def tree_samples(root:Path, # an MDS tree
