@@ -109,8 +109,11 @@ def stream_views(st, # a `streaming.Stream` over one bucket of a tree
     else:
         root, key = local.parent.parent, bucket_key(local)
         if (root, names) not in cache: cache[root, names] = [read_view(root, n) for n in names]
+    # a remote stream's index.json arrives with Mosaic's own download: before it (counting buckets) the count alone is checked,
+    # after it (the dataset's skip lists) the shards too
+    shards = shards_digest(local / 'index.json') if (local / 'index.json').exists() else None
     for v in cache[root, names]:
-        if why := bucket_problem(v, key, samples, shards=shards_digest(local / 'index.json')): raise ValueError(f'{local}: {why}')
+        if why := bucket_problem(v, key, samples, shards=shards): raise ValueError(f'{local}: {why}')
     st._prx_view_kept = min(v['buckets'][key].get('in_view', 1) for v in cache[root, names])  # 0: the view holds none of it
     return tuple(map(view_reason, names))
 

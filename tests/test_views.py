@@ -192,3 +192,18 @@ def test_a_rebuilt_bucket_an_empty_replace_and_a_plain_rewrite_into_a_killed_exp
     with pytest.raises(ValueError, match='unfinished rewrite with other options'): rewrite(root, tmp_path / 'exp', progress=False)
     assert 'view: "photos"' in prx_yaml(root, view='photos')
     with pytest.raises(ValueError, match='quote the name'): tree_dataset(root, batch_size=1, view=2024)
+
+
+def test_a_view_read_from_another_folder_and_from_an_s3_copy(tree, tmp_path, s3, monkeypatch):
+    "The same view, the tree named by a relative path from another working folder, and the tree uploaded to an S3 emulation (its lineage downloaded beside the cache)."
+    import os
+    root, table, every, want, gone, dup = tree
+    expect = want - {gone}
+    monkeypatch.chdir(tmp_path)
+    rel = os.path.relpath(root, tmp_path)
+    assert set(ids(tree_dataset(rel, batch_size=1, view='photos', reasons=[], on_skip='drop', small='drop'))) == expect
+    s3(root, 'corpus', 'tree')
+    remote = tree_dataset('s3://corpus/tree', local=str(tmp_path / 'cache'), batch_size=1, view='photos', reasons=[], on_skip='drop', small='drop')
+    assert set(ids(remote)) == expect
+    with pytest.raises(ValueError, match="no view 'nope'; its views: photos"):
+        tree_dataset('s3://corpus/tree', local=str(tmp_path / 'cache2'), batch_size=1, view='nope')
