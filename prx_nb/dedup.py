@@ -13,12 +13,13 @@ import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from .core import call_parse, needs_extra
 from .phash import phash, hamming, add_phash
-from .tree import iter_buckets, bucket_key, check_bucket, refuse_damaged, sweep_tmp, read_optouts, set_skips, skip_shards
+from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, sweep_tmp, read_optouts, set_skips, skip_shards,
+                   SPILL_MEMORY, spill_folder, spill_db, manifests_view)
 from .mds import iter_bucket
 from .stage import Stage, StageRun, RunContext, opt, with_options
 
 # %% auto #0
-__all__ = ['keep_best', 'near_pairs', 'dedup_keep', 'SkipCounts', 'TreeDedup', 'tree_fingerprints', 'Dedup', 'dedup_tree',
+__all__ = ['keep_best', 'near_pairs', 'dedup_keep', 'SkipCounts', 'TreeDedup', 'fill_fingerprints', 'tree_fingerprints', 'Dedup', 'dedup_tree',
            'prx_dedup']
 
 # %% ../nbs/09_dedup.ipynb #cef17540
@@ -156,16 +157,26 @@ def _table_phashes(table:str)->dict:
     return {i: (p, '' if p is not None else f'no fingerprint in {table} (status {s})') for i, p, s in rows}
 
 # %% ../nbs/09_dedup.ipynb #bb58de7f
-def tree_fingerprints(root:str|Path, # the MDS tree
+def _null_phashes(man:Path)->bool:
+    "Whether the manifest `man` lacks a fingerprint anywhere (from its row groups' statistics, or a read of the column)."
+    meta = pq.ParquetFile(man).metadata
+    names = [meta.schema.column(j).name for j in range(meta.num_columns)]
+    if 'phash' not in names: return meta.num_rows > 0
+    j = names.index('phash')
+    stats = [meta.row_group(g).column(j).statistics for g in range(meta.num_row_groups)]
+    if all(st is not None and st.has_null_count for st in stats): return sum(st.null_count for st in stats) > 0
+    return pq.read_table(man, columns=['phash'])['phash'].null_count > 0
+
+def fill_fingerprints(root:str|Path, # the MDS tree
                       table:str|None=None, # Lance table for missing fingerprints (default: the samples)
                       progress:bool=True, # show a progress bar over the buckets
                      )->tuple:
-    "(sample table, fingerprints computed, id → reason if none)."
-    parts, computed, missing, source = [], 0, {}, None
-    cols = ['id', 'shard', 'index', 'src_width', 'src_height', 'src_nbytes', 'phash', 'phash_from']
+    "Give every manifest of the tree its `phash` and `phash_from` columns, filled where they were missing; (fingerprints computed, id → reason if none)."
+    computed, missing, source = 0, {}, None
     for b in tqdm(list(iter_buckets(root)), desc='fingerprints', unit='bucket', disable=not progress):
         if problems := check_bucket(b): refuse_damaged(problems, 'dedup')  # a missing manifest is never passed over
         man = b / 'manifest.parquet'
+        if not _null_phashes(man): continue  # nothing to fill: the manifest is left as it is
         t = _phash_columns(pq.read_table(man))
         need = t.filter(pc.is_null(t['phash']))['id'].to_pylist()
         if need:
@@ -176,8 +187,17 @@ def tree_fingerprints(root:str|Path, # the MDS tree
             missing.update(why)
             computed += sum(got[i][0] is not None for i in need if i in got)
             _write_manifest(man, t)
-        key = pa.array([bucket_key(b)] * t.num_rows, pa.string())
-        parts.append(t.select(cols).append_column('bucket', key))
+    return computed, missing
+
+def tree_fingerprints(root:str|Path, # the MDS tree
+                      table:str|None=None, # Lance table for missing fingerprints (default: the samples)
+                      progress:bool=True, # show a progress bar over the buckets
+                     )->tuple:
+    "(sample table, fingerprints computed, id → reason if none): the whole tree's fingerprints in memory, for a look at them (`dedup_tree` reads them from disk)."
+    computed, missing = fill_fingerprints(root, table, progress)
+    cols = ['id', 'shard', 'index', 'src_width', 'src_height', 'src_nbytes', 'phash', 'phash_from']
+    parts = [(t := _phash_columns(pq.read_table(b / 'manifest.parquet'))).select(cols).append_column('bucket', pa.array([bucket_key(b)] * t.num_rows, pa.string()))
+             for b in iter_buckets(root)]
     if not parts: return pa.table({'id': pa.array([], pa.string())}), 0, {}
     return pa.concat_tables(parts), computed, missing
 
@@ -199,38 +219,71 @@ class Dedup(Stage):
                         outputs=dict(skipped_per_tier=r.skipped_per_tier, groups=r.groups, without_fingerprint=len(r.no_fingerprint)))
 
 # %% ../nbs/09_dedup.ipynb #1cf1137a
+def _groups_sql(con, radius:int)->str:
+    "The SQL of each fingerprint's group: the fingerprint itself, or with `radius` a connected component of near ones (the distinct fingerprints in memory, 8 bytes each)."
+    if radius == 0: return 'phash'
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    uniq = con.sql('SELECT DISTINCT phash FROM m WHERE phash IS NOT NULL ORDER BY phash').to_arrow_table()['phash'].to_numpy()
+    p = near_pairs(uniq, radius)
+    g = coo_matrix((np.ones(len(p)), (p[:, 0], p[:, 1])), shape=(len(uniq),) * 2)
+    con.register('near_groups', pa.table({'phash': uniq, 'grp': connected_components(g, directed=False)[1]}))
+    return '(SELECT grp FROM near_groups n WHERE n.phash = m.phash)'
+
+def _dedup_lists(root:Path, opted:set, radius:int, spill:Path, memory_limit:str):
+    "(samples, groups of copies, the (bucket, shard, index) of every copy skipped, sorted) from the manifests on disk, in DuckDB's bounded memory."
+    con = spill_db(spill / 'duckdb', memory_limit)
+    manifests_view(con, root, ['id', 'shard', 'index', 'src_width', 'src_height', 'src_nbytes', 'phash', 'phash_from'])
+    pq.write_table(pa.table({'id': pa.array(sorted(opted), pa.string())}), spill / 'optouts.parquet')
+    samples = con.execute('SELECT count(*) FROM m').fetchall()[0][0]
+    origin = "coalesce(phash_from, CASE WHEN phash IS NOT NULL THEN 'source' END)"  # a manifest without the column: the writer's fingerprints
+    if len(con.execute(f'SELECT DISTINCT {origin} AS o FROM m WHERE o IS NOT NULL LIMIT 2').fetchall()) > 1:
+        import warnings
+        warnings.warn(f'{root}: some fingerprints are of source images and some of stored samples; '
+                      'copies across the two may not match. Run with table= (the Lance table the tree '
+                      'was written from) to use source fingerprints throughout.')
+    grp = _groups_sql(con, radius)
+    con.execute(f"CREATE VIEW g AS SELECT {grp} AS grp, m.*, o.id IS NOT NULL AS blocked FROM m "
+                f"LEFT JOIN read_parquet('{spill / 'optouts.parquet'}') o ON m.id = o.id WHERE m.phash IS NOT NULL")
+    groups = con.execute('SELECT count(*) FROM (SELECT grp FROM g GROUP BY grp HAVING count(*) > 1)').fetchall()[0][0]
+    # the best copy first: never an opted-out one while another may be served, then most source pixels, the larger file, the smaller id
+    cur = con.sql('SELECT bucket, shard, index FROM (SELECT bucket, shard, index, row_number() OVER (PARTITION BY grp ORDER BY '
+                      'blocked, CAST(src_width AS BIGINT) * src_height DESC, coalesce(src_nbytes, 0) DESC, id) AS rn FROM g) '
+                      'WHERE rn > 1 ORDER BY bucket, shard, index')
+    return samples, groups, cur.to_arrow_reader(1 << 20)
+
 def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
                *,
                radius:int=Dedup.radius, # 0: equal fingerprints (the post's choice); r > 0: also within r bits
                table:str|None=None, # Lance table to take missing fingerprints from (default: the samples)
                progress:bool=True, # show a progress bar over the buckets
+               memory_limit:str=SPILL_MEMORY, # what DuckDB may hold before it spills (to a folder in the tree)
               )->TreeDedup:
-    "Keep one sample per fingerprint across the tree; skip the rest."
-    import warnings
+    "Keep one sample per fingerprint across the tree; skip the rest. The manifests are read from disk and ranked out of core: memory stays flat at any size."
+    if radius < 0: raise ValueError(f'radius must be >= 0, got {radius}')
     root = Path(root)
     sweep_tmp(root)  # what a killed dedup left (its sidecars are written whole, or not at all)
-    t, computed, missing = tree_fingerprints(root, table, progress)
-    res = TreeDedup(t.num_rows, computed, no_fingerprint=missing)
-    if not t.num_rows: return res
-    if len(set(t['phash_from'].drop_null().to_pylist())) > 1:
-        warnings.warn(f'{root}: some fingerprints are of source images and some of stored samples; '
-                      'copies across the two may not match. Run with table= (the Lance table the tree '
-                      'was written from) to use source fingerprints throughout.')
-    v = t.filter(pc.is_valid(t['phash']))
-    px = np.asarray(v['src_width'], np.int64) * np.asarray(v['src_height'], np.int64)
-    nbytes = np.asarray(v['src_nbytes'].fill_null(0), np.int64)
-    rank = np.asarray(pc.rank(v['id'], 'ascending', tiebreaker='first'))
-    opted = read_optouts(root)
-    blocked = pc.is_in(v['id'], value_set=pa.array(sorted(opted), pa.string())).to_numpy(zero_copy_only=False)
-    keep, groups = dedup_keep(np.asarray(v['phash'], np.int64), px, nbytes, rank=rank, radius=radius, blocked=blocked)
-    res.groups = int((np.bincount(groups) > 1).sum())
-    drop, lists = v.filter(pa.array(~keep)), {}
-    for b, s, i in zip(*(drop[c].to_pylist() for c in ('bucket', 'shard', 'index'))):
-        lists.setdefault((b, s), []).append(i)
+    computed, missing = fill_fingerprints(root, table, progress)
+    res = TreeDedup(0, computed, no_fingerprint=missing)
+    if not any(iter_buckets(root)): return res
     old = {(bucket_key(b), s) for b in iter_buckets(root) for s in skip_shards(b, 'dedup')}  # lost lists are rewritten too
-    for b, s in sorted(old | set(lists)):
-        set_skips(root / b, s, 'dedup', indices=lists.get((b, s), []), made_by='prx_nb.dedup.dedup_tree')
-    res.skipped = dict(sorted(Counter(drop['bucket'].to_pylist()).items()))
+    skipped, cur = Counter(), None
+    def flush(key, idx):
+        set_skips(root / key[0], key[1], 'dedup', indices=np.concatenate(idx), made_by='prx_nb.dedup.dedup_tree')
+        skipped[key[0]] += sum(map(len, idx)); old.discard(key)
+    with spill_folder(root) as spill:
+        res.samples, res.groups, batches = _dedup_lists(root, read_optouts(root), radius, spill, memory_limit)
+        idx = []
+        for b in batches:  # sorted by bucket and shard: one shard's list in memory at a time
+            keys = list(zip(b['bucket'].to_pylist(), b['shard'].to_pylist()))
+            index = b['index'].to_numpy()
+            cuts = [0] + [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]] + [len(keys)]
+            for lo, hi in zip(cuts[:-1], cuts[1:]):
+                if keys[lo] != cur and cur is not None: flush(cur, idx); idx = []
+                cur = keys[lo]; idx.append(index[lo:hi])
+        if cur is not None: flush(cur, idx)
+    for b, s in sorted(old): set_skips(root / b, s, 'dedup', indices=[], made_by='prx_nb.dedup.dedup_tree')  # nothing skipped there now
+    res.skipped = dict(sorted(skipped.items()))
     return res
 
 # %% ../nbs/09_dedup.ipynb #d5cc507f

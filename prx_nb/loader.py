@@ -215,11 +215,10 @@ class SkipsMixin:
         self.on_skip = self.skip_on
         if self.raw_images:
             for s in self.shards: raw_images(s)
-        self._lut = self._substitutes()
-        if self.on_skip == 'drop': self._lut[self._lut != np.arange(len(self._lut))] = -1
+        self._skip_ids, self._skip_to = self._substitutes()  # the size of the skip lists: set-up does not grow with what is kept
+        if self.on_skip == 'drop': self._skip_to[:] = -1
         # batchings that partition each stream on its own drop skipped samples before partitioning (see `resample_streams`)
         self._drop_early = self.on_skip == 'drop' and self.num_skipped > 0 and self.batching_method != 'random'
-        self._serve = self._lut.tolist()  # a list: the cheapest per-sample lookup from Python
 
     def set_proportions(self,
                         shares:list, # one share of the epoch per stream, in order (as `Stream(proportion=)` takes it)
@@ -236,17 +235,18 @@ class SkipsMixin:
         self.length = ceil(self.epoch_size / self._parallel_rank_world.num_ranks)
 
     def _shard_skips(self)->list:
-        "Per shard of the dataset: the set of its skipped sample indices."
+        "Per shard of the dataset: its skipped sample indices, sorted."
         cache, trees, vcache, out = {}, {}, {}, []
         for sid, shard in enumerate(self.shards):
             st = self.streams[self.stream_per_shard[sid]]
             local = _stream_dir(st)
             if local not in cache:
                 views = stream_views(st, self.skip_view, vcache, samples=self.samples_per_stream[self.stream_per_shard[sid]])
-                cache[local] = read_skips(local, self.reasons, views=views)
+                sk = read_skips(local, self.reasons, views=views)
                 opted = stream_optouts(st, trees)
-                for s, idx in optout_indices(local, opted).items(): cache[local].setdefault(s, set()).update(idx)
-            out.append(cache[local].get(shard.raw_data.basename, set()))
+                for s, idx in optout_indices(local, opted).items(): sk.setdefault(s, set()).update(idx)
+                cache[local] = {s: np.array(sorted(idx), np.int64) for s, idx in sk.items()}  # arrays: 8 bytes a skipped sample
+            out.append(cache[local].get(shard.raw_data.basename, np.zeros(0, np.int64)))
         return out
 
     def _check_shards(self):
@@ -304,31 +304,38 @@ class SkipsMixin:
             raise self._download_error(self._thread_error or e) from None
         if self._thread_error is not None: raise self._download_error(self._thread_error) from None
 
-    def _substitutes(self)->np.ndarray:
-        "Global sample id → the id served in its place (itself when kept)."
-        n, spp = int(self.num_samples), np.asarray(self.samples_per_shard, np.int64)
+    def _substitutes(self)->tuple:
+        "(sorted global ids of the skipped samples, the id served in the place of each): arrays the size of the skip lists, never of the dataset."
+        spp = np.asarray(self.samples_per_shard, np.int64)
         offsets = np.concatenate([[0], np.cumsum(spp)])
-        lut, skipped = np.arange(n, dtype=np.int64), np.zeros(n, bool)
-        skips = self._shard_skips()
-        for s, sk in enumerate(skips):
-            if sk: skipped[offsets[s] + np.array([i for i in sk if 0 <= i < spp[s]], np.int64)] = True
-        self.num_skipped = int(skipped.sum())
         sso = np.concatenate([self.shard_offset_per_stream, [len(spp)]]).astype(np.int64)
-        self.skipped_per_stream = [int(skipped[offsets[sso[i]]:offsets[sso[i + 1]]].sum()) for i in range(len(self.streams))]
-        if not self.num_skipped: return lut
+        skips = [sk[(sk >= 0) & (sk < spp[s])] for s, sk in enumerate(self._shard_skips())]
+        self.num_skipped = int(sum(map(len, skips)))
+        self.skipped_per_stream = [int(sum(len(skips[s]) for s in range(sso[i], sso[i + 1]))) for i in range(len(self.streams))]
+        none = np.zeros(0, np.int64)
+        if not self.num_skipped: return none, none
         for i, st in enumerate(self.streams):  # a stream with nothing left could only be served from other streams
             if self.skipped_per_stream[i] == offsets[sso[i + 1]] - offsets[sso[i]]:
                 raise ValueError(f'every sample of the stream {_stream_dir(st)} is skipped: nothing to stream from it; '
                                  'leave it out of the streams (`prx_nb.loader.tree_dataset` and `prx_dataset` do so by themselves)')
-        for s in np.flatnonzero([bool(sk) for sk in skips]):
-            lo, hi = offsets[s], offsets[s + 1]
-            g, kept = lo + np.flatnonzero(skipped[lo:hi]), lo + np.flatnonzero(~skipped[lo:hi])
+        ids, to = [], []
+        for s in np.flatnonzero([len(sk) > 0 for sk in skips]):
+            g = offsets[s] + skips[s]
+            kept = offsets[s] + np.setdiff1d(np.arange(spp[s]), skips[s], assume_unique=True)
             if not len(kept):  # the whole shard is skipped: substitutes from its stream's other shards, never another stream's
                 i = self.stream_per_shard[s]
-                slo, shi = offsets[sso[i]], offsets[sso[i + 1]]
-                kept = slo + np.flatnonzero(~skipped[slo:shi])
-            lut[g] = kept[(g * 2654435761) % (1 << 32) % len(kept)]  # a fixed hash: the same every epoch and run
-        return lut
+                kept = np.concatenate([offsets[t] + np.setdiff1d(np.arange(spp[t]), skips[t], assume_unique=True) for t in range(sso[i], sso[i + 1])])
+            ids.append(g); to.append(kept[(g * 2654435761) % (1 << 32) % len(kept)])  # a fixed hash: the same every epoch and run
+        return np.concatenate(ids), np.concatenate(to)
+
+    def served_ids(self,
+                   ids:np.ndarray, # global sample ids (negative: padding, kept as they are)
+                  )->np.ndarray:
+        "The id served for each of `ids`: itself when kept, its substitute when skipped, -1 when skipped under `drop`."
+        ids = np.asarray(ids, np.int64)
+        if not len(self._skip_ids) or not len(ids): return ids
+        at = np.minimum(np.searchsorted(self._skip_ids, ids), len(self._skip_ids) - 1)
+        return np.where((self._skip_ids[at] == ids) & (ids >= 0), self._skip_to[at], ids)
 
     def _get_work(self, epoch:int, sample_in_epoch:int)->np.ndarray:
         "This worker's sample ids for the epoch, with skipped ones substituted (or -1: dropped)."
@@ -339,13 +346,13 @@ class SkipsMixin:
         if self.skip_small == 'pad': log.setLevel(logging.ERROR)  # Mosaic's warning about short batches: padded, none is
         try: ids = super(SkipsMixin, self)._get_work(epoch, sample_in_epoch)
         finally: log.setLevel(level)
-        return np.where(ids >= 0, self._lut[np.maximum(ids, 0)], ids) if self.num_skipped else ids
+        return self.served_ids(ids) if self.num_skipped else ids
 
     def resample_streams(self, epoch:int, stream_id:int|None=None)->tuple:
         "The base resampling (shuffle units, sample ids) of the epoch: skipped samples out under `drop` with a per-stream batching, and with `small`, each stream padded or cut to whole batches"
         with np.errstate(divide='ignore', invalid='ignore'):  # a shard with no samples (one image over the size limit) divides by 0
             units, ids = super(SkipsMixin, self).resample_streams(epoch, stream_id)
-        if getattr(self, '_drop_early', False) and len(ids): units, ids = keep_samples(units, ids, self._lut[ids] >= 0)
+        if getattr(self, '_drop_early', False) and len(ids): units, ids = keep_samples(units, ids, self.served_ids(ids) >= 0)
         if stream_id is None or self.skip_small is None or not len(ids): return units, ids
         w = getattr(self, '_pad_world', None) or self._parallel_rank_world
         g = pad_multiple(self.batching_method, w, batch_size=self.batch_size or 1, num_canonical_nodes=self.num_canonical_nodes)
@@ -366,7 +373,8 @@ class SkipsMixin:
 
     def get_item(self, sample_id:int, retry:int=7):
         "The sample at `sample_id`, or its substitute when it is skipped."
-        s = self._serve[sample_id]
+        s, k = sample_id, self._skip_ids
+        if len(k) and k[j := min(int(k.searchsorted(sample_id)), len(k) - 1)] == sample_id: s = int(self._skip_to[j])
         if s < 0:
             raise IndexError(f'sample {sample_id} is on a skip list and this loader drops skipped samples '
                              '(on_skip="drop")')
@@ -759,10 +767,10 @@ def batch_report(ds, # a dataset with skips: `tree_dataset`, `prx_dataset` or a 
         for a, v in saved.items(): setattr(ds, a, v)
     ids = work.reshape(-1)
     ids = ids[ids >= 0]
-    served = ds._lut[ids] if ds.num_skipped else ids
+    served = ds.served_ids(ids)
     served = served[served >= 0]
     stream_of = np.repeat(np.asarray(ds.stream_per_shard), ds.samples_per_shard)
-    skipped = ds._lut != np.arange(len(ds._lut))
+    skipped = np.zeros(len(stream_of), bool); skipped[ds._skip_ids] = True
     device = work.reshape(-1, b)
     device = device[(device >= 0).all(1)]
     mixed = int(sum(len(set(stream_of[r])) > 1 for r in device))

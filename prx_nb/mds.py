@@ -16,11 +16,11 @@ from .core import call_parse, Engine, as_engine
 from .table import sql_in, image_bytes
 from .bucket import Bucketer, TIERS, MAX_UPSCALE
 from .stage import Stage, StageRun, RunContext, opt, with_options
-from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, read_whole, sweep_tmp, skips_by_id,
+from .tree import (SPILL_MEMORY, spill_db, iter_buckets, bucket_key, check_bucket, refuse_damaged, read_whole, sweep_tmp, skips_by_id,
                    write_skips_by_id, abs_table, read_ledger, tree_table, read_optouts, write_optout_record)
 
 # %% auto #0
-__all__ = ['MDS_COLUMNS', 'LEGACY_COLUMNS', 'caption_fields', 'sample_columns', 'raw_images', 'as_image_sample', 'plan_buckets',
+__all__ = ['MDS_COLUMNS', 'LEGACY_COLUMNS', 'caption_fields', 'sample_columns', 'raw_images', 'as_image_sample', 'PlannedRows', 'plan_buckets',
            'write_part', 'BucketWrite', 'merge_parts', 'write_bucket', 'clean_leftovers', 'MDSWrite', 'WriteMDS',
            'sql_problem', 'write_mds', 'iter_bucket', 'bucket_columns', 'copy_bucket', 'migrate_bucket', 'migrate_tree',
            'prx_migrate_mds', 'prx_write_mds']
@@ -65,34 +65,122 @@ def as_image_sample(sample:dict, # a sample as a reader returns it
     if 'jpg' in sample and 'image' not in sample: sample['image'] = sample.pop('jpg')
     return sample
 
-def _positions(ds, filt:str, columns:list)->pa.Table:
-    "`columns` of the rows of the Lance dataset `ds` where `filt` holds, with `_pos`: each row's position, as `ds.take` counts."
-    every = ds.to_table(columns=[], with_row_id=True)['_rowid'].to_numpy()  # live rows in scan order: position = index
-    t = ds.to_table(columns=columns, filter=filt, with_row_id=True)
-    order = np.argsort(every, kind='stable')
-    pos = order[np.searchsorted(every, t['_rowid'].to_numpy(), sorter=order)]
-    return t.drop_columns(['_rowid']).append_column('_pos', pa.array(pos, pa.int64()))
+class _Positions:
+    "Each scanned row's position as `ds.take` counts it, from its row address: its fragment's first position plus the live rows before it there."
+    def __init__(self, ds):
+        self.start, at = {}, 0
+        for f in ds.get_fragments(): self.start[f.fragment_id], at = (at, f), at + f.count_rows()
+        self.live = (None, None)  # (fragment id, its live row offsets): one fragment with deletions at a time
+
+    def __call__(self, addr:np.ndarray)->np.ndarray:
+        frag, off = (addr >> np.uint64(32)).astype(np.int64), (addr & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        out = np.empty(len(addr), np.int64)
+        for fid in np.unique(frag).tolist():
+            m = frag == fid
+            at, f = self.start[fid]
+            if not f.num_deletions: out[m] = at + off[m]; continue
+            if self.live[0] != fid:
+                self.live = (fid, (f.to_table(columns=[], with_row_address=True)['_rowaddr'].to_numpy() & 0xFFFFFFFF).astype(np.int64))
+            out[m] = at + np.searchsorted(self.live[1], off[m])
+        return out
+
+class _Spill:
+    "A plan's folder, removed when the last of its `PlannedRows` is gone."
+    def __init__(self, folder:Path, owned:bool):
+        import weakref
+        self.folder = folder
+        if owned: weakref.finalize(self, shutil.rmtree, str(folder), True)
+
+@dataclass(frozen=True, eq=False)
+class PlannedRows:
+    "The rows planned for one bucket (`id` sorted, `_pos`), on disk: `len`, `slice` and `read` touch only the row groups they need."
+    spill: _Spill
+    name: str # the Parquet file's name in the plan's folder
+    offset: int = 0
+    length: int = 0
+
+    @property
+    def path(self)->Path: return self.spill.folder / self.name
+    def __len__(self)->int: return self.length
+    def slice(self, offset:int=0, length:int|None=None)->PlannedRows:
+        "Rows `offset` to `offset + length` of these, still on disk."
+        offset = min(max(offset, 0), self.length)
+        n = self.length - offset if length is None else min(length, self.length - offset)
+        return dataclasses.replace(self, offset=self.offset + offset, length=n)
+    def read(self, columns:list|None=None)->pa.Table:
+        "These rows as an Arrow table."
+        f = pq.ParquetFile(self.path)
+        groups, at, first = [], 0, None
+        for g in range(f.metadata.num_row_groups):
+            n = f.metadata.row_group(g).num_rows
+            if at + n > self.offset and at < self.offset + self.length:
+                groups.append(g); first = at if first is None else first
+            at += n
+        if not groups: return f.schema_arrow.empty_table().select(columns or f.schema_arrow.names)
+        return f.read_row_groups(groups, columns=columns).slice(self.offset - first, self.length)
+    def __getitem__(self, column:str)->pa.ChunkedArray: return self.read([column])[column]
+    @property
+    def column_names(self)->list: return ['id', '_pos']
+
+def _bucket_names(bucketer:Bucketer, w:np.ndarray, h:np.ndarray, names:dict)->np.ndarray:
+    "Bucket index per row (-1: none), each new bucket's key added to `names` (key → index)."
+    size = (w.astype(np.int64) << 32) | h.astype(np.int64)
+    sizes, of_row = np.unique(size, return_inverse=True)  # one assignment per distinct size, not per row
+    tier, bw, bh, _ = bucketer.assign_many(sizes >> 32, sizes & 0xFFFFFFFF)
+    kinds, of_size = np.unique((tier.astype(np.int64) << 40) | (bw << 20) | bh, return_inverse=True)
+    code = [names.setdefault(f'{k >> 40}/{(k >> 20) & 0xFFFFF}x{k & 0xFFFFF}', len(names)) if k >> 40 else -1 for k in kinds.tolist()]
+    return np.array(code, np.int32)[of_size.ravel()][of_row.ravel()]
 
 def plan_buckets(table:str, # the Lance table
                  bucketer:Bucketer, # decides tier and bucket
                  where:str|None=None, # extra SQL filter on the table
+                 *,
+                 exclude=None, # ids never planned (opt-outs)
+                 folder:str|Path|None=None, # where the plan is kept (default: a temporary folder, removed with the plan)
+                 memory_limit:str=SPILL_MEMORY, # what the sort by id may hold before it spills to `folder`
+                 batch_rows:int=1 << 18, # rows per batch of the scan
                 )->dict:
-    "'tier/WxH' → the usable rows (matching `where`) that fit there: a table of `id` (sorted) and `_pos`, each row's position for `take`."
-    import lance
+    "'tier/WxH' → the usable rows (matching `where`) that fit there, as `PlannedRows` (`id` sorted, `_pos` each row's position for `take`), sorted by key; streamed, so memory stays flat at any row count."
+    import lance, tempfile
+    owned = folder is None
+    folder = Path(tempfile.mkdtemp(prefix='prx-plan-') if owned else folder)
+    shutil.rmtree(folder, ignore_errors=True); folder.mkdir(parents=True)
+    spill = _Spill(folder, owned)
+    ds = lance.dataset(str(table))
     filt = "(status = 'ok')" + (f' AND ({where})' if where else '')
-    t = _positions(lance.dataset(str(table)), filt, ['id', 'width', 'height'])
-    size = (pc.fill_null(t['width'], 0).to_numpy().astype(np.int64) << 32) | pc.fill_null(t['height'], 0).to_numpy().astype(np.int64)
-    sizes, of_row = np.unique(size, return_inverse=True)  # one assignment per distinct size, not per row
-    tier, bw, bh, _ = bucketer.assign_many(sizes >> 32, sizes & 0xFFFFFFFF)      # all distinct sizes at once
-    kinds, of_size = np.unique((tier.astype(np.int64) << 40) | (bw << 20) | bh, return_inverse=True)  # (tier, bucket)s met
-    label = [f'{k >> 40}/{(k >> 20) & 0xFFFFF}x{k & 0xFFFFF}' if k >> 40 else '' for k in kinds.tolist()]
-    names = sorted(set(label) - {''})
-    at = {k: n for n, k in enumerate(names)}
-    code = np.array([at.get(k, -1) for k in label], np.int32)[of_size.ravel()][of_row.ravel()]  # bucket per row (-1: none)
-    rows = t.select(['id', '_pos']).append_column('_b', pa.array(code)).filter(pa.array(code >= 0))
-    rows = rows.sort_by([('_b', 'ascending'), ('id', 'ascending')])  # one sort: bucket, then id
-    ends = np.cumsum(np.bincount(rows['_b'].to_numpy(), minlength=len(names)))
-    return {k: rows.slice(e - n, n).drop_columns(['_b']) for k, e, n in zip(names, ends, np.diff(ends, prepend=0))}
+    names, writers, pos = {}, {}, _Positions(ds)
+    schema = pa.schema([('id', pa.string()), ('_pos', pa.int64())])
+    try:
+        for b in ds.to_batches(columns=['id', 'width', 'height'], filter=filt, with_row_address=True, batch_size=batch_rows):
+            if not b.num_rows: continue
+            w, h = (pc.fill_null(b[c], 0).to_numpy(zero_copy_only=False) for c in ('width', 'height'))
+            code = _bucket_names(bucketer, w, h, names)
+            t = pa.table({'id': b['id'], '_pos': pa.array(pos(b['_rowaddr'].to_numpy()))})
+            order = np.argsort(code, kind='stable')
+            ends = np.cumsum(np.bincount(code[code >= 0], minlength=len(names)))
+            sorted_t, first = t.take(order), int((code < 0).sum())
+            for i, (e, n) in enumerate(zip(ends, np.diff(ends, prepend=0))):
+                if not n: continue
+                if i not in writers: writers[i] = pq.ParquetWriter(folder / f'{i}.unsorted.parquet', schema)
+                writers[i].write_table(sorted_t.slice(first + e - n, n))
+    finally:
+        for w in writers.values(): w.close()
+    con = spill_db(folder / 'duckdb', memory_limit)
+    gone = ''
+    if exclude:
+        pq.write_table(pa.table({'id': pa.array(sorted(exclude), pa.string())}), folder / 'exclude.parquet')
+        gone = f" WHERE id NOT IN (SELECT id FROM read_parquet('{folder / 'exclude.parquet'}'))"
+    plan = {}
+    for key, i in sorted(names.items()):
+        src, dst = folder / f'{i}.unsorted.parquet', folder / f'{i}.parquet'
+        con.execute(f"COPY (SELECT id, _pos FROM read_parquet('{src}'){gone} ORDER BY id, _pos) TO '{dst}' "
+                    "(FORMAT parquet, ROW_GROUP_SIZE 65536)")
+        src.unlink()
+        n = pq.ParquetFile(dst).metadata.num_rows
+        if n: plan[key] = PlannedRows(spill, dst.name, 0, n)
+        else: dst.unlink()
+    con.close()
+    return plan
 
 # %% ../nbs/08_mds.ipynb #6317d4d8
 def _rows(ds, rows:pa.Table, columns:list, chunk:int=256):
@@ -112,10 +200,13 @@ def _rows(ds, rows:pa.Table, columns:list, chunk:int=256):
 
 def _as_rows(rows)->pa.Table:
     "A part's or bucket's rows as a table with `id`: a plan's table as it is, a list of ids as one column."
+    if isinstance(rows, PlannedRows): return rows.read()
     return rows if isinstance(rows, pa.Table) else pa.table({'id': pa.array(list(rows), pa.string())})
 
 # %% ../nbs/08_mds.ipynb #d82fc13f
 _REJECTED = pa.schema([('id', pa.string()), ('status', pa.string()), ('reason', pa.string())])
+_MANIFEST_FINISHED = pa.schema([('id', pa.string()), ('lance_version', pa.int64()), ('src_width', pa.int32()), ('src_height', pa.int32()),
+                                ('src_nbytes', pa.int64()), ('shard', pa.string()), ('index', pa.int32())])  # a bucket merged from no part
 
 def _manifest_schema(ds)->pa.Schema:
     "The manifest's columns before shard and index are known; `phash` when the table has one."
@@ -226,33 +317,39 @@ def merge_parts(parts:list, # finished part folders, in sample order
     tmp = final.with_name(final.name + '.partial')
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    shards, mans, rejs, layout = [], [], [], None
-    for p in parts:
-        names, idx = [], []
-        for s in json.loads((p / 'index.json').read_text())['shards'] if (p / 'index.json').exists() else []:
-            if s.get('zip_data'): raise ValueError(f'{p}: compressed shards are not supported here')
-            if layout is None: layout = s['column_names']
-            elif s['column_names'] != layout:
-                raise ValueError(f'{final}: its samples hold the fields {layout}, the rows added {s["column_names"]}; a bucket '
-                                 'holds one layout: write the new rows into a new tree, or rewrite this one from its table')
-            name = f'shard.{len(shards):05d}.mds'
-            _link(p / s['raw_data']['basename'], tmp / name)
-            shards.append(s | dict(raw_data=s['raw_data'] | dict(basename=name)))
-            names += [name] * s['samples']
-            idx += range(s['samples'])
-        m = pq.read_table(p / 'manifest.parquet')
-        m = m.drop_columns([c for c in ('shard', 'index') if c in m.column_names])  # a finished bucket's own columns
-        m = m.append_column('shard', pa.array(names, pa.string()))
-        mans.append(m.append_column('index', pa.array(idx, pa.int32())))
-        rejs.append(pq.read_table(p / 'rejected.parquet'))
-    man, rej = pa.concat_tables(mans), pa.concat_tables(rejs)
-    if man.num_rows:  # an empty bucket gets no index.json: stock readers of the tree never meet a stream without samples
+    shards, layout, man, rej, written, rejected = [], None, None, None, 0, Counter()
+    try:
+        for p in parts:  # one part's manifest in memory at a time: the bucket's is written as it is read
+            names = []
+            for s in json.loads((p / 'index.json').read_text())['shards'] if (p / 'index.json').exists() else []:
+                if s.get('zip_data'): raise ValueError(f'{p}: compressed shards are not supported here')
+                if layout is None: layout = s['column_names']
+                elif s['column_names'] != layout:
+                    raise ValueError(f'{final}: its samples hold the fields {layout}, the rows added {s["column_names"]}; a bucket '
+                                     'holds one layout: write the new rows into a new tree, or rewrite this one from its table')
+                name = f'shard.{len(shards):05d}.mds'
+                _link(p / s['raw_data']['basename'], tmp / name)
+                shards.append(s | dict(raw_data=s['raw_data'] | dict(basename=name)))
+                names.append((name, s['samples']))
+            m = pq.read_table(p / 'manifest.parquet')
+            m = m.drop_columns([c for c in ('shard', 'index') if c in m.column_names])  # a finished bucket's own columns
+            m = m.append_column('shard', pa.array([n for n, k in names for _ in range(k)], pa.string()))
+            m = m.append_column('index', pa.array(np.concatenate([np.arange(k) for _, k in names] or [np.zeros(0, np.int64)]), pa.int32()))
+            if man is None: man = pq.ParquetWriter(tmp / 'manifest.parquet', m.schema)
+            man.write_table(m.cast(man.schema))
+            r = pq.read_table(p / 'rejected.parquet')
+            if rej is None: rej = pq.ParquetWriter(tmp / 'rejected.parquet', r.schema)
+            rej.write_table(r.cast(rej.schema))
+            written += m.num_rows; rejected.update(r['status'].to_pylist())
+    finally:
+        for w in (man, rej):
+            if w is not None: w.close()
+    if man is None: pq.write_table(_MANIFEST_FINISHED.empty_table(), tmp / 'manifest.parquet')
+    if rej is None: pq.write_table(_REJECTED.empty_table(), tmp / 'rejected.parquet')
+    if written:  # an empty bucket gets no index.json: stock readers of the tree never meet a stream without samples
         (tmp / 'index.json').write_text(json.dumps(dict(version=2, shards=shards), sort_keys=True))
-    pq.write_table(man, tmp / 'manifest.parquet')
-    pq.write_table(rej, tmp / 'rejected.parquet')
-    if skips: write_skips_by_id(tmp, man, skips)
-    res = BucketWrite(meta['bucket'], written=man.num_rows, rejected=Counter(rej['status'].to_pylist()),
-                      shards=len(shards))
+    if skips: write_skips_by_id(tmp, tmp / 'manifest.parquet', skips)
+    res = BucketWrite(meta['bucket'], written=written, rejected=rejected, shards=len(shards))
     writers = sorted({w for p in parts for w in _writers(p)})
     meta = meta | dict(samples=res.written, rejected=dict(res.rejected), shards=res.shards, parts=len(parts),
                        writers=writers, written_at=time.strftime('%Y-%m-%dT%H:%M:%S'))
@@ -280,12 +377,14 @@ def _bucket_meta(ds, key:str, *, bucketer:Bucketer, caption_column:str, shard_by
 
 def _parts_dir(out:Path, key:str)->Path: return out / (key + '.parts')
 
-def _unwritten(final:Path, rows:pa.Table)->pa.Table:
-    "The planned `rows` a finished bucket holds neither as a sample nor as a rejected row."
-    have = pa.concat_tables([pq.read_table(final / f, columns=['id']) for f in ('manifest.parquet', 'rejected.parquet')])['id']
-    return rows.filter(pc.invert(pc.is_in(rows['id'], value_set=have.combine_chunks())))
+def _unwritten(final:Path, rows)->pa.Table:
+    "The planned `rows` (a table or `PlannedRows`) a finished bucket holds neither as a sample nor as a rejected row."
+    have = pa.concat_tables([pq.read_table(final / f, columns=['id']) for f in ('manifest.parquet', 'rejected.parquet')])['id'].combine_chunks()
+    if not isinstance(rows, PlannedRows): return rows.filter(pc.invert(pc.is_in(rows['id'], value_set=have)))
+    out = [(t := rows.slice(s, 1 << 20).read()).filter(pc.invert(pc.is_in(t['id'], value_set=have))) for s in range(0, len(rows), 1 << 20)]
+    return pa.concat_tables(out) if out else rows.read()
 
-def _bucket_parts(out:Path, key:str, rows:pa.Table, *, part_rows:int, done:BucketWrite|None)->list:
+def _bucket_parts(out:Path, key:str, rows, *, part_rows:int, done:BucketWrite|None)->list:
     "(part folder, its rows) still to write for bucket `key`: every row of a new bucket, the rows a finished one (`done`) lacks."
     prefix = 'part'
     if done is not None:
@@ -309,7 +408,7 @@ def write_bucket(ds, # the Lance dataset (at the version being written)
     tmp = final.with_name(final.name + '.partial')
     if not final.exists() and (tmp / 'bucket.json').exists(): tmp.rename(final)  # a merge killed between its two renames
     done = _complete(final)
-    todo = _bucket_parts(out, key, _as_rows(rows), part_rows=part_rows, done=done)
+    todo = _bucket_parts(out, key, rows if isinstance(rows, PlannedRows) else _as_rows(rows), part_rows=part_rows, done=done)
     if done is not None and not todo: return done
     kept = skips_by_id(final) if final.exists() else {}  # skip lists stay: of a bucket grown, or one that lost its bucket.json
     how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)
@@ -403,13 +502,18 @@ def _ray_part(row:dict, *, table:str, version:int, out:str, how:dict)->dict:
     "Ray Data UDF: write one part (`row`: key, path, ids and their positions) from the table at `version`."
     import lance
     ds = lance.dataset(table, version=version)
-    rows = pa.table({'id': pa.array([str(i) for i in row['ids']], pa.string()), '_pos': pa.array(row['pos'], pa.int64())})
+    if row.get('plan'):  # the plan's file, in the tree that every worker sees: the rows travel as an offset and a length
+        rows = PlannedRows(_Spill(Path(out) / row['plan'], False), row['name'], row['offset'], row['length'])
+    else: rows = pa.table({'id': pa.array([str(i) for i in row['ids']], pa.string()), '_pos': pa.array(row['pos'], pa.int64())})
     info = write_part(ds, row['key'], rows, part=Path(out) / row['path'], **how)
     return dict(key=row['key'], path=row['path'], written=info['written'])
 
 def _ray_parts(ds, plan:dict, out:Path, *, how:dict, part_rows:int, engine:Engine):
     "Write every unfinished part of `plan` on Ray Data workers, several buckets and parts at once."
-    items = [dict(key=k, path=str(p.relative_to(out)), ids=c['id'].to_pylist(), pos=c['_pos'].to_pylist())
+    def item(c)->dict:
+        if isinstance(c, PlannedRows): return dict(plan=os.path.relpath(c.spill.folder, out), name=c.name, offset=c.offset, length=c.length)
+        return dict(ids=c['id'].to_pylist(), pos=c['_pos'].to_pylist())
+    items = [dict(key=k, path=str(p.relative_to(out)), **item(c))
              for k, rows in plan.items()
              for p, c in _bucket_parts(out, k, rows, part_rows=part_rows, done=_complete(out / k))]  # appended rows too
     if not items: return
@@ -439,16 +543,16 @@ def write_mds(table:str, # the Lance table
     clean_leftovers(out)
     excl = read_optouts(out) | read_ledger(table)  # the ledger travels with the table: a new tree honours it
     if excl: write_optout_record(out, excl, table=str(table))
-    plan = plan_buckets(table, bucketer, where)
-    if excl:
-        gone = pa.array(sorted(excl), pa.string())
-        plan = {k: t.filter(pc.invert(pc.is_in(t['id'], value_set=gone))) for k, t in plan.items()}
-    plan = {k: t for k, t in plan.items() if len(t)}
-    n_ok = ds.count_rows("status = 'ok'" + (f' AND ({where})' if where else ''))
-    how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)
-    if engine.is_ray: _ray_parts(ds, plan, out, how=how, part_rows=part_rows, engine=engine)
-    res = {k: write_bucket(ds, k, ids, out=out, part_rows=part_rows, **how)
-           for k, ids in tqdm(plan.items(), desc='buckets', unit='bucket', disable=not progress)}
+    spill = out / f'.spill.tmp{os.getpid()}'  # the plan, in the tree: Ray workers read their parts' rows from it
+    try:
+        plan = plan_buckets(table, bucketer, where, exclude=excl, folder=spill)
+        n_ok = ds.count_rows("status = 'ok'" + (f' AND ({where})' if where else ''))
+        how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)
+        if engine.is_ray: _ray_parts(ds, plan, out, how=how, part_rows=part_rows, engine=engine)
+        res = {k: write_bucket(ds, k, ids, out=out, part_rows=part_rows, **how)
+               for k, ids in tqdm(plan.items(), desc='buckets', unit='bucket', disable=not progress)}
+    finally: shutil.rmtree(spill, ignore_errors=True)
+    gone = pa.array(sorted(excl), pa.string())
     opted = sum(pc.sum(pc.is_in(b['id'], value_set=gone)).as_py() or 0 for b in ds.to_batches(columns=['id'])) if excl else 0
     unbucketed = n_ok - opted - sum(map(len, plan.values()))
     return MDSWrite(out, lance_version=ds.version, buckets=res, unbucketed=unbucketed)

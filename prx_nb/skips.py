@@ -8,14 +8,15 @@ import json, os, re, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
-import pandas as pd, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
+import numpy as np, pandas as pd, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from .core import call_parse
 from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, empty_bucket, read_whole, sweep_tmp, locked,
                    skip_files, read_sidecar, missing_sidecars, SKIP_RECORD, add_skips, read_skips, skip_reasons,
                    OPTOUT, abs_table, read_id_column, ledger_path, read_ledger, recorded_table, tree_table, read_optouts,
-                   write_optout_record, optout_indices, read_ids, set_skips, skip_shards, reason_applies)
-from .table import sql_in
+                   write_optout_record, optout_indices, read_ids, set_skips, skip_shards, reason_applies,
+                   SPILL_MEMORY, spill_folder, spill_db, manifests_view)
+from .table import sql_in, sql_str
 from .mds import BucketWrite, copy_bucket
 from .classify import check_label
 from .stage import Stage, StageRun, RunContext, opt, with_options
@@ -31,19 +32,20 @@ def skip_ids(root:str|Path, # the MDS tree
              ids, # Lance ids to skip
             )->dict:
     "Add the samples of `ids` to `reason`'s skip lists; {bucket: n added, 'not_found': n}."
-    root, want, found = Path(root), set(ids), set()
+    root, want, found = Path(root), pa.array(sorted(set(ids)), pa.string()), set()
     sweep_tmp(root)
     res, unverified = {}, []
     for b in iter_buckets(root):
         man = b / 'manifest.parquet'
         if not man.exists(): unverified.append(man); continue
-        hit = [r for r in pq.read_table(man, columns=['id', 'shard', 'index']).to_pylist() if r['id'] in want]
-        for shard in {r['shard'] for r in hit}:
-            add_skips(man.parent, shard, reason, indices=[r['index'] for r in hit if r['shard'] == shard])
-        if hit:
-            res[bucket_key(b)] = len(hit)
-            found |= {r['id'] for r in hit}
-    res['not_found'] = len(want - found)
+        per = {}
+        for t in pq.ParquetFile(man).iter_batches(batch_size=1 << 20, columns=['id', 'shard', 'index']):  # a batch at a time
+            hit = t.filter(pc.is_in(t['id'], value_set=want))  # only the listed samples reach Python
+            for i, sh, x in zip(*(hit[c].to_pylist() for c in ('id', 'shard', 'index'))):
+                per.setdefault(sh, []).append(x); found.add(i)
+        for shard, idx in per.items(): add_skips(man.parent, shard, reason, indices=idx)
+        if per: res[bucket_key(b)] = sum(map(len, per.values()))
+    res['not_found'] = len(want) - len(found)
     if unverified:
         raise ValueError(f'{unverified[0]} is missing ({len(unverified)} bucket(s)): their samples could not be '
                          f'looked up; {reason!r} holds for the other buckets; restore the manifest and run again')
@@ -372,22 +374,23 @@ class Filter(Stage):
                         outputs=dict(skipped_per_tier=tiers, unlabelled=int(f.buckets.unlabelled.sum()), unscored=f.unscored))
 
 # %% ../nbs/10_skips.ipynb #6f11058f
-def _flagged(table:str, column:str, *, labels:tuple, min_score:float)->tuple:
-    "(id → label to skip, ids unscored, ids without a label) from the Lance table."
+def _label_rows(table:str, column:str, *, labels:tuple, spill:Path)->Path:
+    "The rows of the Lance `table` that a filter looks at (a label asked for, or none), streamed to a Parquet file in `spill`: its path."
     import lance
     ds = lance.dataset(table)
     if column not in ds.schema.names:
         have = [n for n in ds.schema.names if n.startswith('label_') and not n.endswith(('_score', '_status'))]
         raise ValueError(f'{table} has no column {column!r}; label columns: {", ".join(have) or "none (run prx_classify)"}')
     score = f'{column}_score' if f'{column}_score' in ds.schema.names else None
-    t = ds.to_table(columns=['id', column] + ([score] if score else []), filter=sql_in(column, list(labels)))
-    s = t[score].to_pylist() if score else [None] * t.num_rows
-    keep = [v is not None and v >= min_score or (v is None and min_score <= 0) for v in s]
-    flagged = {i: l for i, l, k in zip(t['id'].to_pylist(), t[column].to_pylist(), keep) if k}
-    unscored = {i for i, v in zip(t['id'].to_pylist(), s) if v is None and min_score > 0}
-    return flagged, unscored, set(ds.to_table(columns=['id'], filter=f'{column} IS NULL')['id'].to_pylist())
+    schema = pa.schema([('id', pa.string()), ('label', pa.string()), ('score', pa.float64())])
+    out = spill / 'labels.parquet'
+    with pq.ParquetWriter(out, schema) as w:
+        for b in ds.to_batches(columns=['id', column] + ([score] if score else []), filter=f'{sql_in(column, list(labels))} OR {column} IS NULL',
+                               batch_size=1 << 18):
+            sc = pc.cast(b[score], pa.float64()) if score else pa.nulls(b.num_rows, pa.float64())
+            w.write_table(pa.table([b['id'], pc.cast(b[column], pa.string()), sc], schema=schema))
+    return out
 
-# %% ../nbs/10_skips.ipynb #efe87f6c
 def filter_tree(root:str|Path, # an MDS tree written from `table`
                 table:str, # the Lance table holding `label_column`
                 label_column:str, # e.g. label_kind
@@ -395,29 +398,49 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
                 labels=tuple(Filter().labels), # labels that become skip lists (each its own reason)
                 min_score:float=Filter.min_score, # a label skips a sample only with at least this confidence
                 progress:bool=True, # show a progress bar over the buckets
+                memory_limit:str=SPILL_MEMORY, # what DuckDB may hold before it spills (to a folder in the tree)
                )->TreeFilter:
-    "Write one skip list per label over the tree `root`, replacing the previous lists of those reasons."
+    "Write one skip list per label over the tree `root`, replacing the previous lists of those reasons; labels and manifests are joined out of core, so memory stays flat at any size."
     labels = tuple(map(check_label, labels))  # one label is enough here: each is a skip-list reason
     if not 0 <= min_score <= 1: raise ValueError(f'min_score must be in [0, 1], got {min_score}')
-    flagged, unscored, unlabelled = _flagged(table, label_column, labels=labels, min_score=min_score)
-    fl_ids, fl_lab = pa.array(list(flagged), pa.string()), pa.array(list(flagged.values()), pa.string())
-    uns, unl = (pa.array(sorted(s), pa.string()) for s in (unscored, unlabelled))
-    count = lambda ids, of: pc.sum(pc.is_in(ids, value_set=of)).as_py() or 0
-    rows, made_by, n_unscored = [], 'prx_nb.classify.filter_tree', 0
-    for b in tqdm(list(iter_buckets(root)), desc='filter', unit='bucket', disable=not progress):
+    root, made_by = Path(root), 'prx_nb.classify.filter_tree'
+    buckets = list(iter_buckets(root))
+    for b in buckets:
         if problems := check_bucket(b): refuse_damaged(problems, 'filter')
-        man = pq.read_table(b / 'manifest.parquet', columns=['id', 'shard', 'index'])
-        at = pc.index_in(man['id'], value_set=fl_ids)  # only flagged samples reach Python
-        hit = man.filter(pc.is_valid(at)).append_column('label', fl_lab.take(at.drop_null()))
-        per = {l: {} for l in labels}
-        for s, i, l in zip(*(hit[c].to_pylist() for c in ('shard', 'index', 'label'))): per[l].setdefault(s, []).append(i)
-        for l in labels:
-            for shard in sorted(skip_shards(b, l) | set(per[l])):
-                set_skips(b, shard, l, indices=per[l].get(shard, []), made_by=made_by)
-        n = {l: sum(map(len, per[l].values())) for l in labels}
-        n_unscored += count(man['id'], uns)
-        rows.append(dict(tier=int(b.parent.name), bucket=bucket_key(b), samples=man.num_rows,
-                         unlabelled=count(man['id'], unl), **n, skipped=sum(n.values())))
+    with spill_folder(root) as spill:
+        lab = _label_rows(table, label_column, labels=labels, spill=spill)
+        con = spill_db(spill / 'duckdb', memory_limit)
+        manifests_view(con, root, ['id', 'shard', 'index'])
+        con.execute(f"CREATE VIEW j AS SELECT m.bucket, m.shard, m.index, l.label, l.score FROM m JOIN read_parquet('{lab}') l ON m.id = l.id")
+        ok = f'(score >= {float(min_score)!r} OR (score IS NULL AND {float(min_score)!r} <= 0))'
+        labs = ', '.join(map(sql_str, labels))
+        counts = {r[0]: r[1:] for r in con.execute(
+            f"SELECT m.bucket, count(*), count(*) FILTER (l.id IS NOT NULL AND l.label IS NULL), "
+            f"count(*) FILTER (l.label IN ({labs}) AND l.score IS NULL AND {float(min_score)!r} > 0) "
+            f"FROM m LEFT JOIN read_parquet('{lab}') l ON m.id = l.id GROUP BY m.bucket").fetchall()}
+        per = {bucket_key(b): {l: 0 for l in labels} for b in buckets}
+        old = {(bucket_key(b), l, sh) for b in buckets for l in labels for sh in skip_shards(b, l)}
+        cur, idx = None, []
+        def flush():
+            set_skips(root / cur[0], cur[2], cur[1], indices=np.concatenate(idx), made_by=made_by)
+            per[cur[0]][cur[1]] += sum(map(len, idx)); old.discard(cur)
+        rows = con.sql(f'SELECT bucket, label, shard, index FROM j WHERE label IN ({labs}) AND {ok} ORDER BY bucket, label, shard, index')
+        for bt in tqdm(rows.to_arrow_reader(1 << 20), desc='filter', unit='batch', disable=not progress):  # one shard's list in memory at a time
+            keys = list(zip(*(bt[c].to_pylist() for c in ('bucket', 'label', 'shard'))))
+            index = bt['index'].to_numpy()
+            cuts = [0] + [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]] + [len(keys)]
+            for lo, hi in zip(cuts[:-1], cuts[1:]):
+                if keys[lo] != cur and cur is not None: flush(); idx = []
+                cur = keys[lo]; idx.append(index[lo:hi])
+        if cur is not None: flush()
+        con.close()
+    for b, l, sh in sorted(old): set_skips(root / b, sh, l, indices=[], made_by=made_by)  # nothing of that label there now
+    rows, n_unscored = [], 0
+    for b in buckets:
+        k = bucket_key(b)
+        samples, unlabelled, unscored = counts.get(k, (0, 0, 0))
+        n_unscored += unscored
+        rows.append(dict(tier=int(b.parent.name), bucket=k, samples=samples, unlabelled=unlabelled, **per[k], skipped=sum(per[k].values())))
     df = pd.DataFrame(rows, columns=['tier', 'bucket', 'samples', 'unlabelled', *labels, 'skipped'])
     df['share'] = (df.skipped / df.samples.clip(lower=1)).round(4)
     return TreeFilter(label_column, labels, min_score=min_score, buckets=df, unscored=n_unscored)

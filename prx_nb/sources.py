@@ -362,6 +362,16 @@ def _open_unit(src:Source, f:str, part:tuple, *, columns=None)->pa.Table:
     top = list(dict.fromkeys(c.split('.')[0] for c in columns))
     return tbl.select(top)
 
+BATCH_ROWS = 32 # rows of a table unit decoded at once: a Parquet row group of images read whole takes several times its size
+
+def _unit_batches(src:Source, f:str, part:tuple, *, columns=None)->tuple:
+    "`(schema, batches)`: the unit's schema and its rows as record batches of at most `BATCH_ROWS` rows"
+    if src.kind == 'parquet':
+        pf = pq.ParquetFile(f, buffer_size=1 << 20)  # page by page, not each column chunk whole
+        return pf.schema_arrow, pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[part[0]], columns=columns)
+    tbl = _open_unit(src, f, part, columns=columns)
+    return tbl.schema, iter(tbl.to_batches(max_chunksize=BATCH_ROWS))
+
 # %% ../nbs/00d_sources.ipynb #72da03d7
 def _value(v)->tuple:
     "`(bytes, path)` of an image value: a struct of bytes and path, or bytes"
@@ -432,8 +442,13 @@ def _identities(src:Source, units:list, *, rows:list, js:list)->dict:
     for j in js: need[rows[j][0]].append(j)
     for u, members in need.items():
         f, part, cols = units[u]
-        col = _open_unit(src, f, part, columns=[cols.image]).column(cols.image)
-        for j in members: out[j] = _identity(col[rows[j][1]].as_py(), str(Path(f).parent)) or f'row:{j}'
+        first = 0
+        for b in _unit_batches(src, f, part, columns=[cols.image])[1]:
+            col = b.column(cols.image)
+            for j in members:
+                if first <= rows[j][1] < first + len(b):
+                    out[j] = _identity(col[rows[j][1] - first].as_py(), str(Path(f).parent)) or f'row:{j}'
+            first += len(b)
     return out
 
 # %% ../nbs/00d_sources.ipynb #0892c2ae
@@ -442,10 +457,11 @@ def _read_table_task(t:Task)->Iterator:
     src = t.source
     if t.part[:1] == ('unreadable',):
         yield Item(f'{Path(t.path).name}:unreadable', _given(None, f'{t.path}: {t.part[1]}')); return
-    tbl = _open_unit(src, t.path, t.part)
-    cols = table_columns(tbl.schema, src.kind, src.caption_column, where=t.path)
+    schema, batches = _unit_batches(src, t.path, t.part)
+    cols = table_columns(schema, src.kind, src.caption_column, where=t.path)
     folder = str(Path(t.path).parent)
-    for r, key, caps in zip(tbl.to_pylist(), t.keys, t.captions or [None] * len(t.keys)):
+    rows = (r for b in batches for r in b.to_pylist())  # a batch of Python rows at a time, not the unit's
+    for r, key, caps in zip(rows, t.keys, t.captions or [None] * len(t.keys)):
         if key is None: continue  # merged into an earlier row of the same image
         caps = caps or (_as_captions(_field(r, cols.caption)) if cols.caption else [])
         cap, many = (caps[0] if caps else None), (tuple(caps) if len(caps) > 1 else None)

@@ -15,7 +15,7 @@ __all__ = ['SKIP_RECORD', 'VIEW_PREFIX', 'OPTOUT', 'empty_bucket', 'iter_buckets
            'refuse_missing', 'write_sidecar', 'remove_sidecar', 'set_skips', 'add_skips', 'read_skips', 'skip_shards',
            'skip_reasons', 'skips_by_id', 'write_skips_by_id', 'abs_table', 'read_id_column', 'ledger_path',
            'read_ledger', 'resolve_table', 'recorded_table', 'tree_table', 'read_optouts', 'stale_optouts',
-           'write_optout_record', 'optout_indices', 'read_ids']
+           'write_optout_record', 'optout_indices', 'read_ids', 'SPILL_MEMORY', 'spill_folder', 'spill_db', 'manifests_view']
 
 # %% ../nbs/00e_tree.ipynb #594625f8
 _BUCKET_NAME = re.compile(r'\d+x\d+')
@@ -130,7 +130,10 @@ def sweep_tmp(folder:str|Path, # an MDS tree, a bucket, or the folder of a table
     gone = []
     for p in Path(folder).glob(pattern):
         pid = p.name.rsplit('.tmp', 1)[1]
-        if p.is_file() and pid.isdigit() and not _alive(int(pid)): p.unlink(missing_ok=True); gone.append(p)
+        if not pid.isdigit() or _alive(int(pid)): continue
+        if p.is_file(): p.unlink(missing_ok=True); gone.append(p)
+        elif p.is_dir() and p.name.startswith('.spill.'):  # an out-of-core step's spill folder
+            import shutil; shutil.rmtree(p, ignore_errors=True); gone.append(p)
     return gone
 
 @contextlib.contextmanager
@@ -321,34 +324,46 @@ def skip_reasons(root:Path, # an MDS tree, or one bucket folder
     return {reason for _, _, reason in skip_files(root)}
 
 # %% ../nbs/00e_tree.ipynb #c0ffee18
+def _manifest_batches(man:Path, columns:list, rows:int=1 << 20):
+    "The manifest `man` a batch of `rows` at a time (a bucket of any size in bounded memory)."
+    yield from pq.ParquetFile(man).iter_batches(batch_size=rows, columns=columns)
+
 def skips_by_id(bucket:Path, # a bucket folder
                )->dict:
-    "reason → ids on its skip lists in the bucket folder `bucket` (read through its manifest)."
+    "reason → ids on its skip lists in the bucket folder `bucket` (read through its manifest, a batch at a time)."
     if gone := missing_sidecars(bucket): refuse_missing(gone)
     sides = skip_files(bucket)
     if not sides: return {}
     man = bucket / 'manifest.parquet'
-    try: rows = pq.read_table(man, columns=['id', 'shard', 'index']).to_pylist()
+    lists = {}  # reason → shard → skipped indices
+    for p, shard, reason in sides: lists.setdefault(reason, {})[shard] = np.array(read_sidecar(p), np.int64)
+    out = {reason: set() for reason in lists}
+    try:
+        for b in _manifest_batches(man, ['id', 'shard', 'index']):
+            shard, index = b['shard'].to_numpy(zero_copy_only=False), b['index'].to_numpy()
+            for reason, per in lists.items():
+                hit = np.zeros(len(b), bool)
+                for sh, idx in per.items(): hit |= (shard == sh) & np.isin(index, idx)
+                if hit.any(): out[reason].update(b['id'].filter(pa.array(hit)).to_pylist())
     except Exception as e:
         raise ValueError(f'{man} cannot be read ({type(e).__name__}) and {bucket} has skip lists that a rebuild '
                          'would lose; restore the manifest, or delete the bucket folder to rebuild it without them') from None
-    at = {(r['shard'], r['index']): r['id'] for r in rows}
-    out = {}
-    for p, shard, reason in sides:
-        out.setdefault(reason, set()).update(at[(shard, i)] for i in read_sidecar(p) if (shard, i) in at)
     return out
 
 def write_skips_by_id(bucket:Path, # a bucket folder
-                      man:pa.Table, # its manifest (`id`, `shard`, `index`)
+                      man:pa.Table|Path, # its manifest (`id`, `shard`, `index`), or the manifest's file (read a batch at a time)
                       skips:dict, # reason → ids to put on its skip lists
                      ):
     "Write `skips` (reason → ids) as the skip lists of the bucket folder `bucket`, whose manifest is `man`."
-    rows = man.select(['id', 'shard', 'index']).to_pylist()
-    for reason, ids in skips.items():
-        per = {}
-        for r in rows:
-            if r['id'] in ids: per.setdefault(r['shard'], []).append(r['index'])
-        for shard, idx in per.items(): write_sidecar(bucket, shard, reason, indices=sorted(idx), made_by='prx_nb.mds.merge_parts')
+    want = {reason: pa.array(sorted(ids), pa.string()) for reason, ids in skips.items() if ids}
+    per = {reason: {} for reason in want}
+    batches = man.select(['id', 'shard', 'index']).to_batches() if isinstance(man, pa.Table) else _manifest_batches(man, ['id', 'shard', 'index'])
+    for b in batches:
+        for reason, ids in want.items():
+            hit = b.filter(pc.is_in(b['id'], value_set=ids))  # only the listed samples reach Python
+            for sh, i in zip(hit['shard'].to_pylist(), hit['index'].to_pylist()): per[reason].setdefault(sh, []).append(i)
+    for reason, shards in per.items():
+        for shard, idx in shards.items(): write_sidecar(bucket, shard, reason, indices=sorted(idx), made_by='prx_nb.mds.merge_parts')
 
 # %% ../nbs/00e_tree.ipynb #76e599e8
 OPTOUT = 'optout.parquet'  # ids recorded as opted out, at the root of an MDS tree (see `prx_nb.skips.optout`)
@@ -466,3 +481,42 @@ def read_ids(path:str|Path, # an ids file
     if bad := [n for n, i in enumerate(ids, 1) if i == '' or '\r' in i or '\t' in i]:
         raise ValueError(f'{p}, line {bad[0]}: an empty id or one with a tab or carriage return cannot be an id')
     return ids
+
+# %% ../nbs/00e_tree.ipynb #c0ffee40
+SPILL_MEMORY = '1GB'  # what the out-of-core steps (bucket plan, dedup, filter) let DuckDB hold before it spills to disk
+
+@contextlib.contextmanager
+def spill_folder(near:str|Path, # a folder on the disk to spill to (the tree, or the table's folder)
+                ):
+    "A temporary folder `.spill.tmpPID` in `near`, removed when the block ends (a killed run's is swept by `sweep_tmp`)"
+    import shutil
+    p = Path(near) / f'.spill.tmp{os.getpid()}'
+    shutil.rmtree(p, ignore_errors=True)
+    p.mkdir(parents=True)
+    try: yield p
+    finally: shutil.rmtree(p, ignore_errors=True)
+
+def spill_db(folder:str|Path, # where sorts, joins and windows spill
+             memory_limit:str=SPILL_MEMORY, # DuckDB's memory limit, e.g. '1GB'
+            ):
+    "A DuckDB connection that works in at most `memory_limit`, spilling what does not fit to `folder`"
+    import duckdb
+    return duckdb.connect(config=dict(memory_limit=memory_limit, temp_directory=str(folder), preserve_insertion_order=True))
+
+def manifests_view(con, # a DuckDB connection
+                   root:str|Path, # an MDS tree
+                   columns:list, # manifest columns to read
+                   name:str='m', # the view's name
+                  )->int:
+    "Make view `name` over every bucket manifest of `root` (`columns` and `bucket`, 'tier/WxH'), read by DuckDB from disk; the number of buckets"
+    files = [str(b / 'manifest.parquet') for b in iter_buckets(root)]
+    if not files:
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT {', '.join(f'NULL AS {c}' for c in columns)}, '' AS bucket WHERE false")
+        return 0
+    lst = '[' + ', '.join("'" + f.replace("'", "''") + "'" for f in files) + ']'
+    have = {d[0] for d in con.execute(f"SELECT * FROM read_parquet({lst}, union_by_name=true) LIMIT 0").description}
+    cols = [c if c in have else f'NULL AS {c}' for c in columns]  # a column no manifest has (an older writer's): null
+    con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT {', '.join(cols)}, "
+                rf"regexp_extract(filename, '(\d+/\d+x\d+)/manifest\.parquet$', 1) AS bucket "
+                f"FROM read_parquet({lst}, filename=true, union_by_name=true)")
+    return len(files)

@@ -3,7 +3,7 @@ from the same bucket), under 1, 2 and 4 real rank processes with 2 workers each,
 the writer leaves no empty bucket that stops the stock reader; the loader imports without Lance."""
 import json, os, subprocess, sys, warnings
 from pathlib import Path
-import pytest
+import numpy as np, pytest
 from streaming import StreamingDataLoader, StreamingDataset
 from prx_nb.demo import demo_sources
 from prx_nb.ingest import ingest
@@ -66,7 +66,7 @@ def test_substitutes_come_from_the_same_bucket_even_when_a_shard_is_skipped_whol
     for k, st in zip(ds.keys, ds.streams):  # which bucket each global sample id belongs to
         at |= {g: k for g in range(ds.sample_offset_per_stream[ds.streams.index(st)],
                                    ds.sample_offset_per_stream[ds.streams.index(st)] + ds.samples_per_stream[ds.streams.index(st)])}
-    assert ds.num_skipped and all(at[int(s)] == at[g] for g, s in enumerate(ds._lut))
+    assert ds.num_skipped and all(at[int(s)] == at[g] for g, s in enumerate(ds.served_ids(np.arange(ds.num_samples))))
 
 
 def test_small_drop_is_mosaics_way_and_says_which_buckets_it_leaves_out(tree):
