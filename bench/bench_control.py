@@ -321,7 +321,7 @@ def main(sizes:list, work:Path, steps:list, with_peer:bool=False)->dict:
     ratio = {k: dict(rss=round(big[k]['peak_rss_mb'] / small[k]['peak_rss_mb'], 2),
                      time_per_row=round(big[k]['seconds'] / int(ns[-1]) / (small[k]['seconds'] / int(ns[0])), 2))
              for k in big if k in small and small[k].get('seconds')}
-    return record('control', sizes=res, ratio_largest_to_smallest=ratio, extrapolated_1b=extrapolate(res),
+    return record('control', sizes=res, ratio_largest_to_smallest=ratio, extrapolated_1b=extrapolate(res), peer_commit=PEER_COMMIT,
                   goal=dict(peak_rss_mb_at_100m=4096, rss_ratio=1.1, time_per_row=[0.8, 1.2]))
 
 

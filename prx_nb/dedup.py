@@ -19,8 +19,8 @@ from .mds import iter_bucket
 from .stage import Stage, StageRun, RunContext, opt, with_options
 
 # %% auto #0
-__all__ = ['keep_best', 'near_pairs', 'dedup_keep', 'SkipCounts', 'TreeDedup', 'fill_fingerprints', 'tree_fingerprints', 'Dedup', 'dedup_tree',
-           'prx_dedup']
+__all__ = ['keep_best', 'near_pairs', 'dedup_keep', 'SkipCounts', 'TreeDedup', 'fill_fingerprints', 'tree_fingerprints', 'Dedup',
+           'dedup_tree', 'prx_dedup']
 
 # %% ../nbs/09_dedup.ipynb #cef17540
 needs_extra('prx_nb.dedup', 'build')   # importing this module without it says what to install
@@ -230,7 +230,7 @@ def _groups_sql(con, radius:int)->str:
     con.register('near_groups', pa.table({'phash': uniq, 'grp': connected_components(g, directed=False)[1]}))
     return '(SELECT grp FROM near_groups n WHERE n.phash = m.phash)'
 
-def _dedup_lists(root:Path, opted:set, radius:int, spill:Path, memory_limit:str):
+def _dedup_lists(root:Path, opted:set, *, radius:int, spill:Path, memory_limit:str):
     "(samples, groups of copies, the (bucket, shard, index) of every copy skipped, sorted) from the manifests on disk, in DuckDB's bounded memory."
     con = spill_db(spill / 'duckdb', memory_limit)
     manifests_view(con, root, ['id', 'shard', 'index', 'src_width', 'src_height', 'src_nbytes', 'phash', 'phash_from'])
@@ -272,7 +272,7 @@ def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
         set_skips(root / key[0], key[1], 'dedup', indices=np.concatenate(idx), made_by='prx_nb.dedup.dedup_tree')
         skipped[key[0]] += sum(map(len, idx)); old.discard(key)
     with spill_folder(root) as spill:
-        res.samples, res.groups, batches = _dedup_lists(root, read_optouts(root), radius, spill, memory_limit)
+        res.samples, res.groups, batches = _dedup_lists(root, read_optouts(root), radius=radius, spill=spill, memory_limit=memory_limit)
         idx = []
         for b in batches:  # sorted by bucket and shard: one shard's list in memory at a time
             keys = list(zip(b['bucket'].to_pylist(), b['shard'].to_pylist()))

@@ -20,10 +20,10 @@ from .tree import (SPILL_MEMORY, spill_db, iter_buckets, bucket_key, check_bucke
                    write_skips_by_id, abs_table, read_ledger, tree_table, read_optouts, write_optout_record)
 
 # %% auto #0
-__all__ = ['MDS_COLUMNS', 'LEGACY_COLUMNS', 'caption_fields', 'sample_columns', 'raw_images', 'as_image_sample', 'PlannedRows', 'plan_buckets',
-           'write_part', 'BucketWrite', 'merge_parts', 'write_bucket', 'clean_leftovers', 'MDSWrite', 'WriteMDS',
-           'sql_problem', 'write_mds', 'iter_bucket', 'bucket_columns', 'copy_bucket', 'migrate_bucket', 'migrate_tree',
-           'prx_migrate_mds', 'prx_write_mds']
+__all__ = ['MDS_COLUMNS', 'LEGACY_COLUMNS', 'caption_fields', 'sample_columns', 'raw_images', 'as_image_sample', 'PlannedRows',
+           'plan_buckets', 'write_part', 'BucketWrite', 'merge_parts', 'write_bucket', 'clean_leftovers', 'MDSWrite',
+           'WriteMDS', 'sql_problem', 'write_mds', 'iter_bucket', 'bucket_columns', 'copy_bucket', 'migrate_bucket',
+           'migrate_tree', 'prx_migrate_mds', 'prx_write_mds']
 
 # %% ../nbs/08_mds.ipynb #67faddf4
 MDS_COLUMNS = {'image': 'jpeg', 'caption': 'str', 'width': 'int32', 'height': 'int32',
@@ -89,7 +89,7 @@ class _Spill:
     def __init__(self, folder:Path, owned:bool):
         import weakref
         self.folder = folder
-        if owned: weakref.finalize(self, shutil.rmtree, str(folder), True)
+        if owned: weakref.finalize(self, shutil.rmtree, str(folder), ignore_errors=True)
 
 @dataclass(frozen=True, eq=False)
 class PlannedRows:
@@ -118,11 +118,16 @@ class PlannedRows:
             at += n
         if not groups: return f.schema_arrow.empty_table().select(columns or f.schema_arrow.names)
         return f.read_row_groups(groups, columns=columns).slice(self.offset - first, self.length)
-    def __getitem__(self, column:str)->pa.ChunkedArray: return self.read([column])[column]
+    def __getitem__(self, key):
+        "A column by name, read from disk (`rows['id']`), or rows `rows[a:b]`, still on disk."
+        if isinstance(key, slice):
+            a, b, _ = key.indices(self.length)
+            return self.slice(a, max(b - a, 0))
+        return self.read([key])[key]
     @property
     def column_names(self)->list: return ['id', '_pos']
 
-def _bucket_names(bucketer:Bucketer, w:np.ndarray, h:np.ndarray, names:dict)->np.ndarray:
+def _bucket_names(bucketer:Bucketer, w:np.ndarray, h:np.ndarray, *, names:dict)->np.ndarray:
     "Bucket index per row (-1: none), each new bucket's key added to `names` (key → index)."
     size = (w.astype(np.int64) << 32) | h.astype(np.int64)
     sizes, of_row = np.unique(size, return_inverse=True)  # one assignment per distinct size, not per row
@@ -145,7 +150,7 @@ def plan_buckets(table:str, # the Lance table
     owned = folder is None
     folder = Path(tempfile.mkdtemp(prefix='prx-plan-') if owned else folder)
     shutil.rmtree(folder, ignore_errors=True); folder.mkdir(parents=True)
-    spill = _Spill(folder, owned)
+    spill = _Spill(folder, owned=owned)
     ds = lance.dataset(str(table))
     filt = "(status = 'ok')" + (f' AND ({where})' if where else '')
     names, writers, pos = {}, {}, _Positions(ds)
@@ -154,7 +159,7 @@ def plan_buckets(table:str, # the Lance table
         for b in ds.to_batches(columns=['id', 'width', 'height'], filter=filt, with_row_address=True, batch_size=batch_rows):
             if not b.num_rows: continue
             w, h = (pc.fill_null(b[c], 0).to_numpy(zero_copy_only=False) for c in ('width', 'height'))
-            code = _bucket_names(bucketer, w, h, names)
+            code = _bucket_names(bucketer, w, h, names=names)
             t = pa.table({'id': b['id'], '_pos': pa.array(pos(b['_rowaddr'].to_numpy()))})
             order = np.argsort(code, kind='stable')
             ends = np.cumsum(np.bincount(code[code >= 0], minlength=len(names)))
@@ -177,7 +182,7 @@ def plan_buckets(table:str, # the Lance table
                     "(FORMAT parquet, ROW_GROUP_SIZE 65536)")
         src.unlink()
         n = pq.ParquetFile(dst).metadata.num_rows
-        if n: plan[key] = PlannedRows(spill, dst.name, 0, n)
+        if n: plan[key] = PlannedRows(spill, dst.name, offset=0, length=n)
         else: dst.unlink()
     con.close()
     return plan
@@ -503,7 +508,7 @@ def _ray_part(row:dict, *, table:str, version:int, out:str, how:dict)->dict:
     import lance
     ds = lance.dataset(table, version=version)
     if row.get('plan'):  # the plan's file, in the tree that every worker sees: the rows travel as an offset and a length
-        rows = PlannedRows(_Spill(Path(out) / row['plan'], False), row['name'], row['offset'], row['length'])
+        rows = PlannedRows(_Spill(Path(out) / row['plan'], owned=False), row['name'], offset=row['offset'], length=row['length'])
     else: rows = pa.table({'id': pa.array([str(i) for i in row['ids']], pa.string()), '_pos': pa.array(row['pos'], pa.int64())})
     info = write_part(ds, row['key'], rows, part=Path(out) / row['path'], **how)
     return dict(key=row['key'], path=row['path'], written=info['written'])

@@ -391,6 +391,7 @@ def _label_rows(table:str, column:str, *, labels:tuple, spill:Path)->Path:
             w.write_table(pa.table([b['id'], pc.cast(b[column], pa.string()), sc], schema=schema))
     return out
 
+# %% ../nbs/10_skips.ipynb #efe87f6c
 def filter_tree(root:str|Path, # an MDS tree written from `table`
                 table:str, # the Lance table holding `label_column`
                 label_column:str, # e.g. label_kind

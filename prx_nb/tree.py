@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 
 # %% auto #0
-__all__ = ['SKIP_RECORD', 'VIEW_PREFIX', 'OPTOUT', 'empty_bucket', 'iter_buckets', 'bucket_key', 'file_sha1',
+__all__ = ['SKIP_RECORD', 'VIEW_PREFIX', 'OPTOUT', 'SPILL_MEMORY', 'empty_bucket', 'iter_buckets', 'bucket_key', 'file_sha1',
            'shard_header_problem', 'check_bucket', 'refuse_damaged', 'read_whole', 'sweep_tmp', 'file_lock', 'locked',
            'skip_path', 'skip_files', 'read_sidecar', 'recorded_sidecars', 'reason_applies', 'missing_sidecars',
            'refuse_missing', 'write_sidecar', 'remove_sidecar', 'set_skips', 'add_skips', 'read_skips', 'skip_shards',
            'skip_reasons', 'skips_by_id', 'write_skips_by_id', 'abs_table', 'read_id_column', 'ledger_path',
            'read_ledger', 'resolve_table', 'recorded_table', 'tree_table', 'read_optouts', 'stale_optouts',
-           'write_optout_record', 'optout_indices', 'read_ids', 'SPILL_MEMORY', 'spill_folder', 'spill_db', 'manifests_view']
+           'write_optout_record', 'optout_indices', 'read_ids', 'spill_folder', 'spill_db', 'manifests_view']
 
 # %% ../nbs/00e_tree.ipynb #594625f8
 _BUCKET_NAME = re.compile(r'\d+x\d+')
@@ -460,10 +460,10 @@ def optout_indices(bucket:Path, # a bucket folder of a tree
     if not man.exists():
         raise ValueError(f'{man} is missing: the opt-outs of this bucket cannot be verified, so it is not served; '
                          'restore it or rewrite the bucket')
-    m = pq.read_table(man, columns=['id', 'shard', 'index'])
-    m = m.filter(pc.is_in(m['id'], value_set=pa.array(list(opted), pa.string())))  # only opted-out samples reach Python
-    out = {}
-    for s, i in zip(m['shard'].to_pylist(), m['index'].to_pylist()): out.setdefault(s, set()).add(i)
+    want, out = pa.array(list(opted), pa.string()), {}
+    for b in _manifest_batches(man, ['id', 'shard', 'index']):  # a batch at a time: a bucket of any size
+        m = b.filter(pc.is_in(b['id'], value_set=want))  # only opted-out samples reach Python
+        for s, i in zip(m['shard'].to_pylist(), m['index'].to_pylist()): out.setdefault(s, set()).add(i)
     return out
 
 # %% ../nbs/00e_tree.ipynb #7cda4192
