@@ -11,7 +11,8 @@ from PIL import Image, ImageOps
 
 # %% auto #0
 __all__ = ['STATUS', 'SUPPORTED_FORMATS', 'SUPPORTED_MODES', 'MAX_PIXELS', 'EXTRAS', 'script_help', 'call_parse', 'install_hint',
-           'needs_extra', 'Engine', 'as_engine', 'with_orientation', 'ImageInfo', 'probe_image', 'open_rgb']
+           'needs_extra', 'Engine', 'as_engine', 'with_orientation', 'ImageInfo', 'probe_image', 'open_rgb',
+           'trim_heap']
 
 # %% ../nbs/00_core.ipynb #31984678
 STATUS = {
@@ -280,3 +281,10 @@ def open_rgb(data:bytes, # the encoded file
     if info.orientation != 1: im = ImageOps.exif_transpose(im)  # no copy when nothing changes
     if ycc: return im if im.mode == 'YCbCr' else _to_rgb(im, background).convert('YCbCr')
     return _to_rgb(im, background)
+
+# %% ../nbs/00_core.ipynb #c0ffee41
+def trim_heap()->None:
+    "Hand the C heap's free pages back to the system (glibc's `malloc_trim`; nothing elsewhere): a process that churns image bytes through Python keeps a fragmented heap, and its peak grows with the rows it has read"
+    import ctypes
+    try: ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError, TypeError): pass

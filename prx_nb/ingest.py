@@ -13,7 +13,7 @@ from fastcore.basics import patch
 import pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from fastcore.script import Param
 from tqdm.auto import tqdm
-from .core import probe_image, MAX_PIXELS, call_parse, Engine, as_engine, needs_extra
+from .core import probe_image, MAX_PIXELS, call_parse, Engine, as_engine, needs_extra, trim_heap
 from .table import open_table, write_back, check_fragments, add_columns
 from .sources import Source, Task, parse_source, plan_source, read_items, source_files
 from .stage import Stage, StageRun, RunContext, opt, with_options
@@ -196,6 +196,7 @@ def _local(tasks:list, table:str, *, skip:set, skipped:list, schema:pa.Schema, s
                     continue
                 summary.added[(r['source'], r['status'])] += 1
                 yield r
+            trim_heap()  # glibc keeps the freed image bytes in a fragmented heap: the peak grew with the rows read
     it = iter(rows())
     while (first := next(it, None)) is not None:
         chunk = (r for part in ([first], _take(it, commit_rows - 1)) for r in part)

@@ -12,11 +12,11 @@ from typing import ClassVar
 from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq  # Lance is imported where a table is read: streaming needs none
 from tqdm.auto import tqdm
-from .core import call_parse, Engine, as_engine
+from .core import call_parse, Engine, as_engine, trim_heap
 from .table import sql_in, image_bytes
 from .bucket import Bucketer, TIERS, MAX_UPSCALE
 from .stage import Stage, StageRun, RunContext, opt, with_options
-from .tree import (SPILL_MEMORY, spill_db, iter_buckets, bucket_key, check_bucket, refuse_damaged, read_whole, sweep_tmp, skips_by_id,
+from .tree import (spill_db, iter_buckets, bucket_key, check_bucket, refuse_damaged, read_whole, sweep_tmp, skips_by_id,
                    write_skips_by_id, abs_table, read_ledger, tree_table, read_optouts, write_optout_record)
 
 # %% auto #0
@@ -142,7 +142,7 @@ def plan_buckets(table:str, # the Lance table
                  *,
                  exclude=None, # ids never planned (opt-outs)
                  folder:str|Path|None=None, # where the plan is kept (default: a temporary folder, removed with the plan)
-                 memory_limit:str=SPILL_MEMORY, # what the sort by id may hold before it spills to `folder`
+                 memory_limit:str='128MB', # what DuckDB's sort by id may hold before it spills to `folder` (more is no faster)
                  batch_rows:int=1 << 18, # rows per batch of the scan
                 )->dict:
     "'tier/WxH' → the usable rows (matching `where`) that fit there, as `PlannedRows` (`id` sorted, `_pos` each row's position for `take`), sorted by key; streamed, so memory stays flat at any row count."
@@ -156,7 +156,8 @@ def plan_buckets(table:str, # the Lance table
     names, writers, pos = {}, {}, _Positions(ds)
     schema = pa.schema([('id', pa.string()), ('_pos', pa.int64())])
     try:
-        for b in ds.to_batches(columns=['id', 'width', 'height'], filter=filt, with_row_address=True, batch_size=batch_rows):
+        for b in ds.to_batches(columns=['id', 'width', 'height'], filter=filt, with_row_address=True, batch_size=batch_rows,
+                               fragment_readahead=2):  # two fragments read ahead, not Lance's default: memory stays flat
             if not b.num_rows: continue
             w, h = (pc.fill_null(b[c], 0).to_numpy(zero_copy_only=False) for c in ('width', 'height'))
             code = _bucket_names(bucketer, w, h, names=names)
@@ -417,7 +418,9 @@ def write_bucket(ds, # the Lance dataset (at the version being written)
     if done is not None and not todo: return done
     kept = skips_by_id(final) if final.exists() else {}  # skip lists stay: of a bucket grown, or one that lost its bucket.json
     how = dict(bucketer=bucketer, caption_column=caption_column, shard_bytes=shard_bytes)
-    for p, c in todo: write_part(ds, key, c, part=p, **how)
+    for p, c in todo:
+        write_part(ds, key, c, part=p, **how)
+        trim_heap()  # the part's image bytes, freed: a long run's heap stays flat
     base = [final] if done is not None else []  # a finished bucket grows: merged again from itself and the new parts
     meta = _bucket_meta(ds, key, **how) | dict(table_from_tree=os.path.relpath(abs_table(ds.uri), os.path.abspath(out))) \
         if '://' not in ds.uri else _bucket_meta(ds, key, **how)

@@ -171,11 +171,15 @@ def write_report(table:str|Path, # path or URI of the Lance table
     schema = pa.schema([('id', pa.string()), ('source', pa.string()), ('status', pa.string()), ('width', pa.float64()),
                         ('height', pa.float64()), ('megapixels', pa.float64()), ('aspect', pa.float64()),
                         ('tier', pa.int64()), ('drop', pa.string())])
+    import lance
     try:
-        for df in profile_batches(table, batch_rows):
+        for b in lance.dataset(str(table)).to_batches(columns=PROFILE_COLUMNS, batch_size=batch_rows):
+            if not b.num_rows: continue
+            df = _profile(b.drop_columns(['id']).to_pandas())  # ids stay Arrow: no Python string per row
             drops.append(_drop_counts(df)); _add(res, _counts(df, 'megapixels', rbins)); _add(asp, _counts(df, 'aspect', abins))
             if writer is None: writer = pq.ParquetWriter(out / 'rows.parquet', schema)
-            writer.write_table(pa.Table.from_pandas(df, schema=schema, preserve_index=False))
+            t = pa.Table.from_pandas(df, schema=pa.schema([f for f in schema if f.name != 'id']), preserve_index=False)
+            writer.write_table(pa.table([b['id'], *t.columns], schema=schema))
     finally:
         if writer is not None: writer.close()
     if writer is None: pq.write_table(schema.empty_table(), out / 'rows.parquet')

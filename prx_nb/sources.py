@@ -15,9 +15,9 @@ from .core import needs_extra
 
 # %% auto #0
 __all__ = ['KINDS', 'KIND_EXTS', 'IMAGE_EXTS', 'SIDECAR_EXTS', 'METADATA_FILES', 'NOT_SAMPLE_EXTS', 'CAPTION_COLUMNS',
-           'CAPTION_FIELDS', 'KEY_COLUMNS', 'IMAGE_COLUMNS', 'URI_COLUMNS', 'Source', 'expand_braces', 'parse_source',
-           'source_files', 'safe_key', 'caption_rule', 'Item', 'Task', 'SourcePlan', 'read_tabular_file', 'Columns',
-           'table_columns', 'plan_source', 'read_items']
+           'CAPTION_FIELDS', 'KEY_COLUMNS', 'IMAGE_COLUMNS', 'URI_COLUMNS', 'BATCH_ROWS', 'Source', 'expand_braces',
+           'parse_source', 'source_files', 'safe_key', 'caption_rule', 'Item', 'Task', 'SourcePlan',
+           'read_tabular_file', 'Columns', 'table_columns', 'plan_source', 'read_items']
 
 # %% ../nbs/00d_sources.ipynb #8d8aa04d
 needs_extra('prx_nb.sources', 'build')   # importing this module without it says what to install
