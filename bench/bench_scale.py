@@ -45,10 +45,10 @@ def run(n:int, engine:str, work:Path)->dict:
     return res
 
 
-def main(sizes, engines, work, keep=False):
+def main(sizes, engines, work, keep=False, name='scale'):
     work.mkdir(parents=True, exist_ok=True)
     runs = [run(n, e, work) for n in sizes for e in engines]
-    if keep and (old := RESULTS / 'scale.json').exists():  # the other sizes' runs of the last record stay
+    if keep and (old := RESULTS / f'{name}.json').exists():  # the other sizes' runs of the last record stay
         redone = {(r['images'], r['engine']) for r in runs}
         runs += [r for r in json.loads(old.read_text())['runs'] if (r['images'], r['engine']) not in redone]
         runs.sort(key=lambda r: (r['images'], r['engine']))
@@ -59,7 +59,7 @@ def main(sizes, engines, work, keep=False):
         mem = [r['peak_rss_mb'] for r in runs if r['engine'] == e]
         flat[e] = dict(ms_per_image_largest_over_smallest=round(per[-1] / per[0], 3), peak_rss_largest_over_smallest=round(mem[-1] / mem[0], 3),
                        time_goal_met=abs(per[-1] / per[0] - 1) <= 0.2 if len(per) > 1 else None)
-    return record('scale', sizes=sizes, engines=engines, runs=runs, flatness=flat)
+    return record(name, sizes=sizes, engines=engines, runs=runs, flatness=flat)
 
 
 if __name__ == '__main__':
@@ -68,5 +68,6 @@ if __name__ == '__main__':
     p.add_argument('--engines', nargs='+', default=['local', 'ray'])
     p.add_argument('--work', default='bench_out/scale', help='corpora and runs (large: about 250 KB per image)')
     p.add_argument('--keep', action='store_true', help="keep the last record's runs of the sizes and engines not run now")
+    p.add_argument('--record', default='scale', help='the record in bench/results/ (another name keeps the full-size record as it is)')
     a = p.parse_args()
-    main(a.sizes, a.engines, Path(a.work), keep=a.keep)
+    main(a.sizes, a.engines, Path(a.work), keep=a.keep, name=a.record)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 import numpy as np, pandas as pd
-from .core import call_parse, needs_extra
+from .core import call_parse, needs_extra, trim_heap
 from .stage import Stage, StageRun, RunContext, opt
 from .bucket import TIERS, MAX_UPSCALE, AR_RANGE, tier_floor, assign_tiers
 
@@ -173,13 +173,14 @@ def write_report(table:str|Path, # path or URI of the Lance table
                         ('tier', pa.int64()), ('drop', pa.string())])
     import lance
     try:
-        for b in lance.dataset(str(table)).to_batches(columns=PROFILE_COLUMNS, batch_size=batch_rows):
+        for b in lance.dataset(str(table)).to_batches(columns=PROFILE_COLUMNS, batch_size=batch_rows, fragment_readahead=1):
             if not b.num_rows: continue
             df = _profile(b.drop_columns(['id']).to_pandas())  # ids stay Arrow: no Python string per row
             drops.append(_drop_counts(df)); _add(res, _counts(df, 'megapixels', rbins)); _add(asp, _counts(df, 'aspect', abins))
             if writer is None: writer = pq.ParquetWriter(out / 'rows.parquet', schema)
             t = pa.Table.from_pandas(df, schema=pa.schema([f for f in schema if f.name != 'id']), preserve_index=False)
             writer.write_table(pa.table([b['id'], *t.columns], schema=schema))
+            del b, df, t; trim_heap()  # the batch's frames, freed and handed back: the peak stays one batch's
     finally:
         if writer is not None: writer.close()
     if writer is None: pq.write_table(schema.empty_table(), out / 'rows.parquet')

@@ -15,7 +15,7 @@ from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, empty
                    skip_files, read_sidecar, missing_sidecars, SKIP_RECORD, add_skips, read_skips, skip_reasons,
                    OPTOUT, abs_table, read_id_column, ledger_path, read_ledger, recorded_table, tree_table, read_optouts,
                    write_optout_record, optout_indices, read_ids, set_skips, skip_shards, reason_applies,
-                   SPILL_MEMORY, spill_folder, spill_db, manifests_view)
+                   spill_folder, spill_db, manifests_view)
 from .table import sql_in, sql_str
 from .mds import BucketWrite, copy_bucket
 from .classify import check_label
@@ -399,7 +399,7 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
                 labels=tuple(Filter().labels), # labels that become skip lists (each its own reason)
                 min_score:float=Filter.min_score, # a label skips a sample only with at least this confidence
                 progress:bool=True, # show a progress bar over the buckets
-                memory_limit:str=SPILL_MEMORY, # what DuckDB may hold before it spills (to a folder in the tree)
+                memory_limit:str='256MB', # what DuckDB's join may hold before it spills (to a folder in the tree)
                )->TreeFilter:
     "Write one skip list per label over the tree `root`, replacing the previous lists of those reasons; labels and manifests are joined out of core, so memory stays flat at any size."
     labels = tuple(map(check_label, labels))  # one label is enough here: each is a skip-list reason

@@ -501,7 +501,8 @@ def spill_db(folder:str|Path, # where sorts, joins and windows spill
             ):
     "A DuckDB connection that works in at most `memory_limit`, spilling what does not fit to `folder`"
     import duckdb
-    return duckdb.connect(config=dict(memory_limit=memory_limit, temp_directory=str(folder), preserve_insertion_order=True))
+    return duckdb.connect(config=dict(memory_limit=memory_limit, temp_directory=str(folder), preserve_insertion_order=True,
+                                      enable_progress_bar=False))
 
 def manifests_view(con, # a DuckDB connection
                    root:str|Path, # an MDS tree
