@@ -501,8 +501,9 @@ def spill_db(folder:str|Path, # where sorts, joins and windows spill
             ):
     "A DuckDB connection that works in at most `memory_limit`, spilling what does not fit to `folder`"
     import duckdb
-    return duckdb.connect(config=dict(memory_limit=memory_limit, temp_directory=str(folder), preserve_insertion_order=True,
-                                      enable_progress_bar=False))
+    con = duckdb.connect(config=dict(memory_limit=memory_limit, temp_directory=str(folder), preserve_insertion_order=True))
+    con.execute('SET enable_progress_bar = false')  # the step has its own progress bar
+    return con
 
 def manifests_view(con, # a DuckDB connection
                    root:str|Path, # an MDS tree
