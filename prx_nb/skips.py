@@ -15,7 +15,7 @@ from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, empty
                    skip_files, read_sidecar, missing_sidecars, SKIP_RECORD, add_skips, read_skips, skip_reasons,
                    OPTOUT, abs_table, read_id_column, ledger_path, read_ledger, recorded_table, tree_table, read_optouts,
                    write_optout_record, optout_indices, read_ids, set_skips, skip_shards, reason_applies,
-                   spill_folder, spill_db, manifests_view)
+                   SPILL_MEMORY, spill_folder, spill_db, manifests_view)
 from .table import sql_in, sql_str
 from .mds import BucketWrite, copy_bucket
 from .classify import check_label
@@ -399,7 +399,7 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
                 labels=tuple(Filter().labels), # labels that become skip lists (each its own reason)
                 min_score:float=Filter.min_score, # a label skips a sample only with at least this confidence
                 progress:bool=True, # show a progress bar over the buckets
-                memory_limit:str='256MB', # what DuckDB's join may hold before it spills (to a folder in the tree)
+                memory_limit:str=SPILL_MEMORY, # what DuckDB's join may hold before it spills (to a folder in the tree)
                )->TreeFilter:
     "Write one skip list per label over the tree `root`, replacing the previous lists of those reasons; labels and manifests are joined out of core, so memory stays flat at any size."
     labels = tuple(map(check_label, labels))  # one label is enough here: each is a skip-list reason
@@ -415,10 +415,11 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
         con.execute(f"CREATE VIEW j AS SELECT m.bucket, m.shard, m.index, l.label, l.score FROM m JOIN read_parquet('{lab}') l ON m.id = l.id")
         ok = f'(score >= {float(min_score)!r} OR (score IS NULL AND {float(min_score)!r} <= 0))'
         labs = ', '.join(map(sql_str, labels))
-        counts = {r[0]: r[1:] for r in con.execute(
-            f"SELECT m.bucket, count(*), count(*) FILTER (l.id IS NOT NULL AND l.label IS NULL), "
-            f"count(*) FILTER (l.label IN ({labs}) AND l.score IS NULL AND {float(min_score)!r} > 0) "
-            f"FROM m LEFT JOIN read_parquet('{lab}') l ON m.id = l.id GROUP BY m.bucket").fetchall()}
+        def per_bucket(where:str)->dict:  # samples per bucket among the label rows where `where` holds (a few: never the whole join)
+            return dict(con.execute(f"SELECT m.bucket, count(*) FROM m JOIN (SELECT id FROM read_parquet('{lab}') WHERE {where}) l "
+                                    "ON m.id = l.id GROUP BY m.bucket").fetchall())
+        unlabelled = per_bucket('label IS NULL')
+        unscored = per_bucket(f'label IN ({labs}) AND score IS NULL') if min_score > 0 else {}
         per = {bucket_key(b): {l: 0 for l in labels} for b in buckets}
         old = {(bucket_key(b), l, sh) for b in buckets for l in labels for sh in skip_shards(b, l)}
         cur, idx = None, []
@@ -439,9 +440,9 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
     rows, n_unscored = [], 0
     for b in buckets:
         k = bucket_key(b)
-        samples, unlabelled, unscored = counts.get(k, (0, 0, 0))
-        n_unscored += unscored
-        rows.append(dict(tier=int(b.parent.name), bucket=k, samples=samples, unlabelled=unlabelled, **per[k], skipped=sum(per[k].values())))
+        n_unscored += unscored.get(k, 0)
+        rows.append(dict(tier=int(b.parent.name), bucket=k, samples=pq.read_metadata(b / 'manifest.parquet').num_rows,
+                         unlabelled=unlabelled.get(k, 0), **per[k], skipped=sum(per[k].values())))
     df = pd.DataFrame(rows, columns=['tier', 'bucket', 'samples', 'unlabelled', *labels, 'skipped'])
     df['share'] = (df.skipped / df.samples.clip(lower=1)).round(4)
     return TreeFilter(label_column, labels, min_score=min_score, buckets=df, unscored=n_unscored)
