@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from .core import call_parse, needs_extra
 from .phash import phash, hamming, add_phash
 from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, sweep_tmp, read_optouts, set_skips, skip_shards,
-                   SPILL_MEMORY, spill_folder, spill_db, manifests_view)
+                   SPILL_MEMORY, spill_folder, spill_db, manifests_view, sorted_runs)
 from .mds import iter_bucket
 from .stage import Stage, StageRun, RunContext, opt, with_options
 
@@ -250,7 +250,7 @@ def _dedup_lists(root:Path, opted:set, *, radius:int, spill:Path, memory_limit:s
     cur = con.sql('SELECT bucket, shard, index FROM (SELECT bucket, shard, index, row_number() OVER (PARTITION BY grp ORDER BY '
                       'blocked, CAST(src_width AS BIGINT) * src_height DESC, coalesce(src_nbytes, 0) DESC, id) AS rn FROM g) '
                       'WHERE rn > 1 ORDER BY bucket, shard, index')
-    return samples, groups, cur.to_arrow_reader(1 << 20)
+    return samples, groups, cur.to_arrow_reader(1 << 16)
 
 def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
                *,
@@ -267,21 +267,12 @@ def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
     res = TreeDedup(0, computed, no_fingerprint=missing)
     if not any(iter_buckets(root)): return res
     old = {(bucket_key(b), s) for b in iter_buckets(root) for s in skip_shards(b, 'dedup')}  # lost lists are rewritten too
-    skipped, cur = Counter(), None
-    def flush(key, idx):
-        set_skips(root / key[0], key[1], 'dedup', indices=np.concatenate(idx), made_by='prx_nb.dedup.dedup_tree')
-        skipped[key[0]] += sum(map(len, idx)); old.discard(key)
+    skipped = Counter()
     with spill_folder(root) as spill:
         res.samples, res.groups, batches = _dedup_lists(root, read_optouts(root), radius=radius, spill=spill, memory_limit=memory_limit)
-        idx = []
-        for b in batches:  # sorted by bucket and shard: one shard's list in memory at a time
-            keys = list(zip(b['bucket'].to_pylist(), b['shard'].to_pylist()))
-            index = b['index'].to_numpy()
-            cuts = [0] + [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]] + [len(keys)]
-            for lo, hi in zip(cuts[:-1], cuts[1:]):
-                if keys[lo] != cur and cur is not None: flush(cur, idx); idx = []
-                cur = keys[lo]; idx.append(index[lo:hi])
-        if cur is not None: flush(cur, idx)
+        for (b, s), idx in sorted_runs(batches, ['bucket', 'shard']):  # sorted by bucket and shard: one shard's list in memory at a time
+            set_skips(root / b, s, 'dedup', indices=idx, made_by='prx_nb.dedup.dedup_tree')
+            skipped[b] += len(idx); old.discard((b, s))
     for b, s in sorted(old): set_skips(root / b, s, 'dedup', indices=[], made_by='prx_nb.dedup.dedup_tree')  # nothing skipped there now
     res.skipped = dict(sorted(skipped.items()))
     return res

@@ -8,14 +8,14 @@ import json, os, re, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
-import numpy as np, pandas as pd, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
+import pandas as pd, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from .core import call_parse
 from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, empty_bucket, read_whole, sweep_tmp, locked,
                    skip_files, read_sidecar, missing_sidecars, SKIP_RECORD, add_skips, read_skips, skip_reasons,
                    OPTOUT, abs_table, read_id_column, ledger_path, read_ledger, recorded_table, tree_table, read_optouts,
                    write_optout_record, optout_indices, read_ids, set_skips, skip_shards, reason_applies,
-                   SPILL_MEMORY, spill_folder, spill_db, manifests_view)
+                   SPILL_MEMORY, spill_folder, spill_db, manifests_view, sorted_runs)
 from .table import sql_in, sql_str
 from .mds import BucketWrite, copy_bucket
 from .classify import check_label
@@ -422,19 +422,11 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
         unscored = per_bucket(f'label IN ({labs}) AND score IS NULL') if min_score > 0 else {}
         per = {bucket_key(b): {l: 0 for l in labels} for b in buckets}
         old = {(bucket_key(b), l, sh) for b in buckets for l in labels for sh in skip_shards(b, l)}
-        cur, idx = None, []
-        def flush():
-            set_skips(root / cur[0], cur[2], cur[1], indices=np.concatenate(idx), made_by=made_by)
-            per[cur[0]][cur[1]] += sum(map(len, idx)); old.discard(cur)
         rows = con.sql(f'SELECT bucket, label, shard, index FROM j WHERE label IN ({labs}) AND {ok} ORDER BY bucket, label, shard, index')
-        for bt in tqdm(rows.to_arrow_reader(1 << 20), desc='filter', unit='batch', disable=not progress):  # one shard's list in memory at a time
-            keys = list(zip(*(bt[c].to_pylist() for c in ('bucket', 'label', 'shard'))))
-            index = bt['index'].to_numpy()
-            cuts = [0] + [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]] + [len(keys)]
-            for lo, hi in zip(cuts[:-1], cuts[1:]):
-                if keys[lo] != cur and cur is not None: flush(); idx = []
-                cur = keys[lo]; idx.append(index[lo:hi])
-        if cur is not None: flush()
+        for (b, l, sh), idx in sorted_runs(tqdm(rows.to_arrow_reader(1 << 16), desc='filter', unit='batch', disable=not progress),
+                                           ['bucket', 'label', 'shard']):  # one shard's list in memory at a time
+            set_skips(root / b, sh, l, indices=idx, made_by=made_by)
+            per[b][l] += len(idx); old.discard((b, l, sh))
         con.close()
     for b, l, sh in sorted(old): set_skips(root / b, sh, l, indices=[], made_by=made_by)  # nothing of that label there now
     rows, n_unscored = [], 0

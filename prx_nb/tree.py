@@ -15,7 +15,8 @@ __all__ = ['SKIP_RECORD', 'VIEW_PREFIX', 'OPTOUT', 'SPILL_MEMORY', 'empty_bucket
            'refuse_missing', 'write_sidecar', 'remove_sidecar', 'set_skips', 'add_skips', 'read_skips', 'skip_shards',
            'skip_reasons', 'skips_by_id', 'write_skips_by_id', 'abs_table', 'read_id_column', 'ledger_path',
            'read_ledger', 'resolve_table', 'recorded_table', 'tree_table', 'read_optouts', 'stale_optouts',
-           'write_optout_record', 'optout_indices', 'read_ids', 'spill_folder', 'spill_db', 'manifests_view']
+           'write_optout_record', 'optout_indices', 'read_ids', 'spill_folder', 'spill_db', 'manifests_view',
+           'sorted_runs']
 
 # %% ../nbs/00e_tree.ipynb #594625f8
 _BUCKET_NAME = re.compile(r'\d+x\d+')
@@ -522,3 +523,23 @@ def manifests_view(con, # a DuckDB connection
                 rf"regexp_extract(filename, '(\d+/\d+x\d+)/manifest\.parquet$', 1) AS bucket "
                 f"FROM read_parquet({lst}, filename=true, union_by_name=true)")
     return len(files)
+
+def sorted_runs(batches, # record batches sorted by `keys` (a DuckDB result read a batch at a time)
+                keys:list, # the columns whose equal values make a run
+                value:str='index', # the integer column collected per run
+               ):
+    "(key tuple, array of `value`) for each run of equal `keys`: one run's values in memory at a time, however many rows"
+    cur, parts = None, []
+    for b in batches:
+        if not b.num_rows: continue
+        cols = [b[c].to_numpy(zero_copy_only=False) for c in keys]
+        new = np.zeros(b.num_rows, bool); new[0] = True
+        for c in cols: new[1:] |= c[1:] != c[:-1]
+        starts = np.flatnonzero(new).tolist() + [b.num_rows]
+        v = b[value].to_numpy()
+        for lo, hi in zip(starts[:-1], starts[1:]):
+            k = tuple(c[lo] for c in cols)
+            if k != cur and cur is not None:
+                yield cur, np.concatenate(parts); parts = []
+            cur = k; parts.append(v[lo:hi])
+    if cur is not None: yield cur, np.concatenate(parts)
