@@ -337,8 +337,13 @@ class SkipsMixin:
         "The id served for each of `ids`: itself when kept, its substitute when skipped, -1 when skipped under `drop`."
         ids = np.asarray(ids, np.int64)
         if not len(self._skip_ids) or not len(ids): return ids
-        at = np.minimum(np.searchsorted(self._skip_ids, ids), len(self._skip_ids) - 1)
-        return np.where((self._skip_ids[at] == ids) & (ids >= 0), self._skip_to[at], ids)
+        out, k = ids.copy(), self._skip_ids
+        for s in range(0, len(out), 1 << 20):  # a chunk at a time: an epoch's ids are copied once, not four times
+            c = out[s:s + (1 << 20)]
+            at = np.minimum(np.searchsorted(k, c), len(k) - 1)
+            hit = (k[at] == c) & (c >= 0)
+            c[hit] = self._skip_to[at[hit]]
+        return out
 
     def _get_work(self, epoch:int, sample_in_epoch:int)->np.ndarray:
         "This worker's sample ids for the epoch, with skipped ones substituted (or -1: dropped)."
