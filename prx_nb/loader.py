@@ -12,7 +12,7 @@ from streaming.base.world import World
 from .core import call_parse
 from .tree import (iter_buckets, bucket_key, shard_header_problem, file_sha1, skip_files, SKIP_RECORD, read_skips,
                    OPTOUT, read_id_column, ledger_path, read_ledger, tree_table, read_optouts, stale_optouts, optout_indices,
-                   missing_sidecars, refuse_missing, read_sidecar, reason_applies)
+                   skip_arrays)
 from .mds import raw_images, as_image_sample, bucket_columns
 from .views import VIEWS, VIEW_PREFIX, view_reason, read_view, load_view, bucket_problem, shards_digest
 
@@ -243,12 +243,10 @@ class SkipsMixin:
             local = _stream_dir(st)
             if local not in cache:
                 views = stream_views(st, self.skip_view, vcache, samples=self.samples_per_stream[self.stream_per_shard[sid]])
-                sk = {}  # shard → arrays of skipped indices: one sidecar's list in Python at a time, 8 bytes a skipped sample after
-                if gone := missing_sidecars(local, self.reasons, views=views): refuse_missing(gone)
-                for p, name, reason in skip_files(local):
-                    if reason_applies(reason, self.reasons, views): sk.setdefault(name, []).append(np.array(read_sidecar(p), np.int64))
-                for name, idx in optout_indices(local, stream_optouts(st, trees)).items(): sk.setdefault(name, []).append(np.array(sorted(idx), np.int64))
-                cache[local] = {name: np.unique(np.concatenate(a)) for name, a in sk.items()}
+                sk = skip_arrays(local, self.reasons, views=views)
+                for name, idx in optout_indices(local, stream_optouts(st, trees)).items():
+                    sk[name] = np.union1d(sk.get(name, np.zeros(0, np.int64)), np.fromiter(idx, np.int64))
+                cache[local] = sk
             out.append(cache[local].get(shard.raw_data.basename, np.zeros(0, np.int64)))
         return out
 

@@ -12,11 +12,11 @@ import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 __all__ = ['SKIP_RECORD', 'VIEW_PREFIX', 'OPTOUT', 'SPILL_MEMORY', 'empty_bucket', 'iter_buckets', 'bucket_key', 'file_sha1',
            'shard_header_problem', 'check_bucket', 'refuse_damaged', 'read_whole', 'sweep_tmp', 'file_lock', 'locked',
            'skip_path', 'skip_files', 'read_sidecar', 'recorded_sidecars', 'reason_applies', 'missing_sidecars',
-           'refuse_missing', 'write_sidecar', 'remove_sidecar', 'set_skips', 'add_skips', 'read_skips', 'skip_shards',
-           'skip_reasons', 'skips_by_id', 'write_skips_by_id', 'abs_table', 'read_id_column', 'ledger_path',
-           'read_ledger', 'resolve_table', 'recorded_table', 'tree_table', 'read_optouts', 'stale_optouts',
-           'write_optout_record', 'optout_indices', 'read_ids', 'spill_folder', 'spill_db', 'manifests_view',
-           'sorted_runs']
+           'refuse_missing', 'write_sidecar', 'remove_sidecar', 'set_skips', 'add_skips', 'read_skips', 'skip_arrays',
+           'skip_shards', 'skip_reasons', 'skips_by_id', 'write_skips_by_id', 'abs_table', 'read_id_column',
+           'ledger_path', 'read_ledger', 'resolve_table', 'recorded_table', 'tree_table', 'read_optouts',
+           'stale_optouts', 'write_optout_record', 'optout_indices', 'read_ids', 'spill_folder', 'spill_db',
+           'manifests_view', 'sorted_runs']
 
 # %% ../nbs/00e_tree.ipynb #594625f8
 _BUCKET_NAME = re.compile(r'\d+x\d+')
@@ -303,13 +303,19 @@ def read_skips(bucket:Path, # a bucket folder
                views=(), # views' reasons (`view-NAME`) whose left-out samples are added: a view applies only where it is asked for
               )->dict:
     "Shard basename → set of skipped indices in the bucket folder `bucket`, over `reasons` and `views`; `ValueError` naming a recorded sidecar that is gone."
+    return {shard: set(a.tolist()) for shard, a in skip_arrays(bucket, reasons, views).items()}
+
+def skip_arrays(bucket:Path, # a bucket folder
+                reasons=None, # the reasons to union (None: every reason but views')
+                views=(), # views' reasons (`view-NAME`) whose left-out samples are added
+               )->dict:
+    "`read_skips` as sorted int64 arrays: one sidecar's list in Python at a time, 8 bytes a skipped sample after (what a loader keeps)."
     views = tuple(views)
     if gone := missing_sidecars(bucket, reasons, views=views): refuse_missing(gone)
     out = {}
     for p, shard, reason in skip_files(bucket):
-        if reason_applies(reason, reasons, views):
-            out.setdefault(shard, set()).update(read_sidecar(p))
-    return out
+        if reason_applies(reason, reasons, views): out.setdefault(shard, []).append(np.array(read_sidecar(p), np.int64))
+    return {shard: np.unique(np.concatenate(a)) for shard, a in out.items()}
 
 # %% ../nbs/00e_tree.ipynb #ffd2cd7c
 def skip_shards(bucket:Path, # a bucket folder
