@@ -5,7 +5,7 @@ smallest to the largest size, and peak RSS that does not grow with N.
 Each size gets a synthetic corpus (`bench/make_corpus.py`: crops and rescales of the real photos, 0.1-16 MP,
 aspect 1:3-3:1, planted broken files, copies and text images, over the four source shapes), made once under --work.
 Each run is `prx_run CONFIG` in its own process; its peak RSS is that process's (with Ray, the driver's: the
-workers are Ray's processes).
+workers are Ray's processes), and each stage's own peak is the run's summary's (the run resets the peak as a stage starts).
 
 Usage: python bench/bench_scale.py [--sizes 10000 30000 100000] [--engines local ray] [--work DIR]
 """
@@ -35,9 +35,12 @@ def run(n:int, engine:str, work:Path)->dict:
     peak = int(next(l.split()[1] for l in r.stdout.splitlines() if l.startswith('PEAK_KB')))
     s = json.loads((out / 'summary.json').read_text())
     stages = {x['name']: dict(seconds=round(x['seconds'], 2), rows_in=x['rows_in'], per_s=x['per_s'],
-                               ms_per_image=round(1000 * x['seconds'] / n, 3), peak_rss_mb=x.get('peak_rss_mb'))
+                               ms_per_image=round(1000 * x['seconds'] / n, 3), peak_rss_mb=x.get('peak_rss_mb'), peak_own=x.get('peak_own', False))
               for x in s['stages'] if x['status'] == 'ran'}
-    res = dict(images=n, engine=engine, wall_s=round(wall, 1), ms_per_image=round(1000 * wall / n, 2), peak_rss_mb=round(peak / 1024),
+    # the run resets its peak as each stage starts (so that each stage's is its own), which the exit figure then only sees
+    # since the last stage began: the run's peak is the larger of that and the stages' own
+    peak = max(peak // 1024, s.get('peak_rss_mb') or 0)
+    res = dict(images=n, engine=engine, wall_s=round(wall, 1), ms_per_image=round(1000 * wall / n, 2), peak_rss_mb=peak,
                samples=next(x['rows_out'] for x in s['stages'] if x['name'] == 'mds'), stages=stages)
     print(f"{n:>7} {engine:5}: {wall:7.0f} s, {res['ms_per_image']} ms/image, peak RSS {res['peak_rss_mb']} MB; "
           + ', '.join(f"{k} {v['per_s']}/s" for k, v in stages.items() if v['per_s']), flush=True)

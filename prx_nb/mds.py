@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq  # Lance is imported where a table is read: streaming needs none
 from tqdm.auto import tqdm
 from .core import call_parse, Engine, as_engine, trim_heap
-from .table import sql_in, image_bytes
+from .table import sql_in, image_bytes, META_SCAN
 from .bucket import Bucketer, TIERS, MAX_UPSCALE
 from .stage import Stage, StageRun, RunContext, opt, with_options
 from .tree import (spill_db, iter_buckets, bucket_key, check_bucket, refuse_damaged, read_whole, sweep_tmp, skips_by_id,
@@ -143,7 +143,7 @@ def plan_buckets(table:str, # the Lance table
                  exclude=None, # ids never planned (opt-outs)
                  folder:str|Path|None=None, # where the plan is kept (default: a temporary folder, removed with the plan)
                  memory_limit:str='128MB', # what DuckDB's sort by id may hold before it spills to `folder` (more is no faster)
-                 batch_rows:int=1 << 18, # rows per batch of the scan
+                 batch_rows:int=META_SCAN['batch_size'], # rows per batch of the scan
                 )->dict:
     "'tier/WxH' → the usable rows (matching `where`) that fit there, as `PlannedRows` (`id` sorted, `_pos` each row's position for `take`), sorted by key; streamed, so memory stays flat at any row count."
     import lance, tempfile
@@ -153,22 +153,26 @@ def plan_buckets(table:str, # the Lance table
     spill = _Spill(folder, owned=owned)
     ds = lance.dataset(str(table))
     filt = "(status = 'ok')" + (f' AND ({where})' if where else '')
-    names, writers, pos = {}, {}, _Positions(ds)
+    names, writers, held, pos = {}, {}, {}, _Positions(ds)
     schema = pa.schema([('id', pa.string()), ('_pos', pa.int64())])
+    def flush(i:int):  # a bucket's held slices as one row group: few row groups, so the open writers' metadata stays small
+        if i not in writers: writers[i] = pq.ParquetWriter(folder / f'{i}.unsorted.parquet', schema, write_statistics=False)
+        writers[i].write_table(pa.concat_tables(held.pop(i)))
     try:
-        for b in ds.to_batches(columns=['id', 'width', 'height'], filter=filt, with_row_address=True, batch_size=batch_rows,
-                               fragment_readahead=2):  # two fragments read ahead, not Lance's default: memory stays flat
+        for b in ds.to_batches(columns=['id', 'width', 'height'], filter=filt, with_row_address=True,
+                               **META_SCAN | dict(batch_size=batch_rows)):  # bounded read-ahead: memory stays flat
             if not b.num_rows: continue
             w, h = (pc.fill_null(b[c], 0).to_numpy(zero_copy_only=False) for c in ('width', 'height'))
             code = _bucket_names(bucketer, w, h, names=names)
             t = pa.table({'id': b['id'], '_pos': pa.array(pos(b['_rowaddr'].to_numpy()))})
             order = np.argsort(code, kind='stable')
             ends = np.cumsum(np.bincount(code[code >= 0], minlength=len(names)))
-            sorted_t, first = t.take(order), int((code < 0).sum())
+            first = int((code < 0).sum())
             for i, (e, n) in enumerate(zip(ends, np.diff(ends, prepend=0))):
                 if not n: continue
-                if i not in writers: writers[i] = pq.ParquetWriter(folder / f'{i}.unsorted.parquet', schema)
-                writers[i].write_table(sorted_t.slice(first + e - n, n))
+                held.setdefault(i, []).append(t.take(order[first + e - n:first + e]))  # its own copy: no batch is kept alive
+                if sum(map(len, held[i])) >= 1 << 14: flush(i)
+        for i in list(held): flush(i)
     finally:
         for w in writers.values(): w.close()
     con = spill_db(folder / 'duckdb', memory_limit)
@@ -189,8 +193,18 @@ def plan_buckets(table:str, # the Lance table
     return plan
 
 # %% ../nbs/08_mds.ipynb #6317d4d8
-def _rows(ds, rows:pa.Table, columns:list, chunk:int=256):
-    "The rows `rows` names (`id`, and `_pos` when known), in that order, fetched from the Lance dataset `ds` in chunks."
+def _byte_groups(sizes:np.ndarray, limit:int)->list:
+    "Split rows of `sizes` bytes, in order, into runs of at most `limit` bytes (a row larger than `limit` alone)."
+    ends = np.cumsum(sizes)
+    cuts, start, base = [], 0, 0
+    while start < len(sizes):
+        stop = max(int(np.searchsorted(ends, base + limit, side='right')), start + 1)
+        cuts.append((start, stop)); base, start = int(ends[stop - 1]), stop
+    return cuts
+
+def _rows(ds, rows:pa.Table, columns:list, chunk:int=256, chunk_bytes:int=64 << 20):
+    "The rows `rows` names (`id`, and `_pos` when known), in that order, fetched from the Lance dataset `ds` in chunks of at most `chunk` rows and about `chunk_bytes` of images."
+    sized = 'nbytes' in ds.schema.names
     for s in range(0, len(rows), chunk):
         part = rows.slice(s, chunk)
         ids = part['id'].to_pylist()
@@ -198,11 +212,15 @@ def _rows(ds, rows:pa.Table, columns:list, chunk:int=256):
             got = {r['id']: r for r in ds.to_table(columns=columns, filter=sql_in('id', ids)).to_pylist()}
             yield from (got[i] for i in ids)
             continue
-        got = ds.take(part['_pos'].combine_chunks(), columns=columns).to_pylist()  # by position: no scan
-        if (bad := next((i for i, r in zip(ids, got) if r['id'] != i), None)) is not None:
-            raise RuntimeError(f'{bad}: not at its planned position in {ds.uri} (version {ds.version}); '
-                               'plan and write from the same version of the table')
-        yield from got
+        pos = part['_pos'].combine_chunks()
+        sizes = ds.take(pos, columns=['nbytes'])['nbytes'].fill_null(0).to_numpy() if sized else np.zeros(len(pos), np.int64)
+        for a, b in _byte_groups(sizes, chunk_bytes):  # a chunk of large images is fetched a few at a time: the peak is the chunk's, not 256 of the largest
+            got = ds.take(pos.slice(a, b - a), columns=columns).to_pylist()  # by position: no scan
+            if (bad := next((i for i, r in zip(ids[a:b], got) if r['id'] != i), None)) is not None:
+                raise RuntimeError(f'{bad}: not at its planned position in {ds.uri} (version {ds.version}); '
+                                   'plan and write from the same version of the table')
+            yield from got
+            del got; trim_heap()  # the fetched bytes, handed back: the heap stays one chunk's, however many rows a part holds
 
 def _as_rows(rows)->pa.Table:
     "A part's or bucket's rows as a table with `id`: a plan's table as it is, a list of ids as one column."
@@ -561,7 +579,7 @@ def write_mds(table:str, # the Lance table
                for k, ids in tqdm(plan.items(), desc='buckets', unit='bucket', disable=not progress)}
     finally: shutil.rmtree(spill, ignore_errors=True)
     gone = pa.array(sorted(excl), pa.string())
-    opted = sum(pc.sum(pc.is_in(b['id'], value_set=gone)).as_py() or 0 for b in ds.to_batches(columns=['id'])) if excl else 0
+    opted = sum(pc.sum(pc.is_in(b['id'], value_set=gone)).as_py() or 0 for b in ds.to_batches(columns=['id'], **META_SCAN)) if excl else 0
     unbucketed = n_ok - opted - sum(map(len, plan.values()))
     return MDSWrite(out, lance_version=ds.version, buckets=res, unbucketed=unbucketed)
 

@@ -133,6 +133,13 @@ def _peak_rss_mb()->int|None:
     try: return int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1]) // 1024
     except (OSError, StopIteration, ValueError): return None
 
+def _reset_peak()->bool:
+    "Start this process's peak memory afresh (Linux: `clear_refs` 5), so that the next reading is one stage's own; False where it cannot."
+    try:
+        with open('/proc/self/clear_refs', 'w') as f: f.write('5')
+        return True
+    except OSError: return False
+
 # %% ../nbs/11_pipeline.ipynb #d764d3e6
 class RunState:
     "The finished stages of a run folder (`run_state.json`), written atomically after each stage."
@@ -169,6 +176,10 @@ class RunSummary:
     seconds: float = 0.0 # wall time of the whole run
     swept_bytes: int = 0 # files left in the table by killed writes, removed as the run started
     def stage(self, name:str)->StageRun|None: return next((s for s in self.stages if s.name == name), None)
+    @property
+    def peak_rss_mb(self)->int|None:
+        "The run's peak memory, MB: the largest peak of the stages that ran."
+        return max((s.peak_rss_mb for s in self.stages if s.status == 'ran' and s.peak_rss_mb), default=None)
     def frame(self)->pd.DataFrame:
         "One row per stage: status, seconds, rows in and out, rows/s, peak memory (MB), reasons."
         return pd.DataFrame([dict(stage=s.name, status=s.status, seconds=round(s.seconds, 2), rows_in=s.rows_in,
@@ -212,13 +223,13 @@ def run_pipeline(config:str|Path|dict, # a TOML file, or a configuration dict
         extra = dict(mds_options=_digest(stage.tree_options(), ctx.mds_column)) if name == 'mds' else {}
         if extra and (aside := _move_aside_if_changed(state, extra['mds_options'], ctx.mds)):
             warnings.warn(f'[mds] options changed: the previous tree was moved to {aside}')
-        t = time.perf_counter()
+        own, t = _reset_peak(), time.perf_counter()
         try: r = stage.run(ctx)
         except (OSError, RuntimeError) as e:  # a full disk, a read-only folder: say which stage and which output
             if not isinstance(e, OSError) and 'No space left' not in str(e): raise
             raise OSError(getattr(e, 'errno', None), f"{getattr(e, 'strerror', None) or e} (stage {name})",
                           str(getattr(e, 'filename', None) or _output(name, ctx))) from None
-        r.seconds, r.peak_rss_mb = time.perf_counter() - t, _peak_rss_mb()
+        r.seconds, r.peak_rss_mb, r.peak_own = time.perf_counter() - t, _peak_rss_mb(), own
         state.record(name, key, r, **extra)
         ran = True
         runs.append(r)
@@ -229,7 +240,7 @@ def run_pipeline(config:str|Path|dict, # a TOML file, or a configuration dict
 # %% ../nbs/11_pipeline.ipynb #c376bca8
 def _write_summary(s:RunSummary, c:dict, ctx:RunContext):
     "summary.json beside the outputs, atomically."
-    d = dict(finished_at=time.strftime('%Y-%m-%dT%H:%M:%S'), seconds=round(s.seconds, 2), swept_bytes=s.swept_bytes, table=ctx.table, tree=str(ctx.mds),
+    d = dict(finished_at=time.strftime('%Y-%m-%dT%H:%M:%S'), seconds=round(s.seconds, 2), peak_rss_mb=s.peak_rss_mb, swept_bytes=s.swept_bytes, table=ctx.table, tree=str(ctx.mds),
              profile=str(ctx.out / 'profile'), config=c, stages=[asdict(r) | dict(per_s=r.per_s) for r in s.stages])
     tmp = ctx.out / f'summary.json.tmp{os.getpid()}'
     tmp.write_text(json.dumps(d, indent=1, default=str))

@@ -11,6 +11,7 @@ import numpy as np, pandas as pd
 from .core import call_parse, needs_extra, trim_heap
 from .stage import Stage, StageRun, RunContext, opt
 from .bucket import TIERS, MAX_UPSCALE, AR_RANGE, tier_floor, assign_tiers
+from .table import META_SCAN
 
 # %% auto #0
 __all__ = ['PROFILE_COLUMNS', 'duckdb_connection', 'query_frame', 'profile_batches', 'profile_frame', 'drop_table',
@@ -173,7 +174,7 @@ def write_report(table:str|Path, # path or URI of the Lance table
                         ('tier', pa.int64()), ('drop', pa.string())])
     import lance
     try:
-        for b in lance.dataset(str(table)).to_batches(columns=PROFILE_COLUMNS, batch_size=batch_rows, fragment_readahead=1):
+        for b in lance.dataset(str(table)).to_batches(columns=PROFILE_COLUMNS, **META_SCAN | dict(batch_size=batch_rows)):
             if not b.num_rows: continue
             df = _profile(b.drop_columns(['id']).to_pandas())  # ids stay Arrow: no Python string per row
             drops.append(_drop_counts(df)); _add(res, _counts(df, 'megapixels', rbins)); _add(asp, _counts(df, 'aspect', abins))

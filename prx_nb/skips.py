@@ -16,7 +16,7 @@ from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, empty
                    OPTOUT, abs_table, read_id_column, ledger_path, read_ledger, recorded_table, tree_table, read_optouts,
                    write_optout_record, optout_indices, read_ids, set_skips, skip_shards, reason_applies,
                    SPILL_MEMORY, spill_folder, spill_db, manifests_view, sorted_runs)
-from .table import sql_in, sql_str
+from .table import sql_in, sql_str, META_SCAN
 from .mds import BucketWrite, copy_bucket
 from .classify import check_label
 from .stage import Stage, StageRun, RunContext, opt, with_options
@@ -386,7 +386,7 @@ def _label_rows(table:str, column:str, *, labels:tuple, spill:Path)->Path:
     out = spill / 'labels.parquet'
     with pq.ParquetWriter(out, schema) as w:
         for b in ds.to_batches(columns=['id', column] + ([score] if score else []), filter=f'{sql_in(column, list(labels))} OR {column} IS NULL',
-                               batch_size=1 << 18):
+                               **META_SCAN):
             sc = pc.cast(b[score], pa.float64()) if score else pa.nulls(b.num_rows, pa.float64())
             w.write_table(pa.table([b['id'], pc.cast(b[column], pa.string()), sc], schema=schema))
     return out

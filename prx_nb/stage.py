@@ -37,7 +37,8 @@ class StageRun:
     reasons: dict = field(default_factory=dict) # reason -> rows it did not pass on, or that it recorded
     outputs: dict = field(default_factory=dict) # what it wrote, where
     version: int|None = None # the table's version after the stage, when it wrote the table
-    peak_rss_mb: int|None = None # the run's peak memory so far when the stage ended (the stage where it rises made it)
+    peak_rss_mb: int|None = None # the process's peak memory while the stage ran, MB (the run's peak so far where `peak_own` is False)
+    peak_own: bool = True # whether `peak_rss_mb` is this stage's own (Linux lets a process reset its peak; elsewhere it is the running peak)
     @property
     def per_s(self)->float|None: return round(self.rows_in / self.seconds, 1) if self.rows_in and self.seconds else None
 

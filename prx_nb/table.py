@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from .core import call_parse, Engine, as_engine
 
 # %% auto #0
-__all__ = ['HTTP_TRIES', 'HTTP_TIMEOUT', 'IMAGE_SCAN', 'open_table', 'sql_str', 'sql_in', 'read_path', 'image_bytes',
+__all__ = ['HTTP_TRIES', 'HTTP_TIMEOUT', 'IMAGE_SCAN', 'META_SCAN', 'open_table', 'sql_str', 'sql_in', 'read_path', 'image_bytes',
            'owned_copy', 'commit_updates', 'add_columns', 'group_by_fragment', 'write_back', 'Fill', 'fill_batch',
            'Actors', 'ColumnFill', 'fill_column', 'FragmentHealth', 'fragment_health', 'check_fragments', 'compact',
            'prx_compact', 'sweep_leftovers']
@@ -84,6 +84,10 @@ def image_bytes(r:dict, # a row with `image` and `uri` (either may be null)
 # scan options for image columns: bounded read-ahead and batches (a filter is applied before the bytes are read,
 # not by fetching them row by row afterwards, which buffers far more)
 IMAGE_SCAN = dict(batch_readahead=2, io_buffer_size=64 << 20, batch_size_bytes=32 << 20, late_materialization=False)
+# scan options for a whole-table pass over small columns (ids, sizes, labels): one fragment and two batches ahead, a
+# 64 MB I/O buffer. Lance's defaults read further ahead the more fragments a table has: a plan's scan held 0.56 GB
+# at 10M rows and 0.71 GB at 100M with them, 0.36 and 0.42 GB with these, at the same speed
+META_SCAN = dict(batch_size=1 << 16, fragment_readahead=1, batch_readahead=2, io_buffer_size=64 << 20)
 
 def owned_copy(a:pa.Array|pa.ChunkedArray, # a column of a scanned batch
           )->pa.Array:
