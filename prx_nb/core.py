@@ -12,7 +12,7 @@ from PIL import Image, ImageOps
 # %% auto #0
 __all__ = ['STATUS', 'SUPPORTED_FORMATS', 'SUPPORTED_MODES', 'MAX_PIXELS', 'EXTRAS', 'script_help', 'call_parse', 'install_hint',
            'needs_extra', 'Engine', 'as_engine', 'with_orientation', 'ImageInfo', 'probe_image', 'open_rgb',
-           'trim_heap']
+           'trim_heap', 'cap_arenas']
 
 # %% ../nbs/00_core.ipynb #31984678
 STATUS = {
@@ -288,3 +288,15 @@ def trim_heap()->None:
     import ctypes
     try: ctypes.CDLL(None).malloc_trim(0)
     except (AttributeError, OSError, TypeError): pass
+
+def cap_arenas(n:int|None=None, # arenas at most (default: `PRX_MALLOC_ARENAS`, else the CPUs this process may use)
+              )->int|None:
+    "Cap glibc's malloc arenas (`M_ARENA_MAX`) for the threads that start from now on; the cap, or None where none was set (not glibc, `MALLOC_ARENA_MAX` already set, or `PRX_MALLOC_ARENAS=0`)"
+    import ctypes, os
+    env = os.environ.get('PRX_MALLOC_ARENAS', '')
+    if 'MALLOC_ARENA_MAX' in os.environ or env == '0': return None  # the user's own setting, or none wanted
+    if not n: n = int(env) if env.isdigit() else len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
+    try: return n if ctypes.CDLL(None).mallopt(-8, n) == 1 else None  # -8: M_ARENA_MAX
+    except (AttributeError, OSError, TypeError): return None
+
+cap_arenas()  # on import: Lance's, Arrow's and DuckDB's threads start later and take their arenas under the cap

@@ -230,6 +230,8 @@ def _groups_sql(con, radius:int)->str:
     con.register('near_groups', pa.table({'phash': uniq, 'grp': connected_components(g, directed=False)[1]}))
     return '(SELECT grp FROM near_groups n WHERE n.phash = m.phash)'
 
+RANK_ROWS = 1 << 23  # samples per part of dedup's ranking (8M): DuckDB's window holds one part, so memory stays flat
+
 def _dedup_lists(root:Path, opted:set, *, radius:int, spill:Path, memory_limit:str):
     "(samples, groups of copies, the (bucket, shard, index) of every copy skipped, sorted) from the manifests on disk, in DuckDB's bounded memory."
     con = spill_db(spill / 'duckdb', memory_limit)
@@ -245,12 +247,17 @@ def _dedup_lists(root:Path, opted:set, *, radius:int, spill:Path, memory_limit:s
     grp = _groups_sql(con, radius)
     con.execute(f"CREATE VIEW g AS SELECT {grp} AS grp, m.*, o.id IS NOT NULL AS blocked FROM m "
                 f"LEFT JOIN read_parquet('{spill / 'optouts.parquet'}') o ON m.id = o.id WHERE m.phash IS NOT NULL")
-    groups = con.execute('SELECT count(*) FROM (SELECT grp FROM g GROUP BY grp HAVING count(*) > 1)').fetchall()[0][0]
-    # the best copy first: never an opted-out one while another may be served, then most source pixels, the larger file, the smaller id
-    cur = con.sql('SELECT bucket, shard, index FROM (SELECT bucket, shard, index, row_number() OVER (PARTITION BY grp ORDER BY '
-                      'blocked, CAST(src_width AS BIGINT) * src_height DESC, coalesce(src_nbytes, 0) DESC, id) AS rn FROM g) '
-                      'WHERE rn > 1 ORDER BY bucket, shard, index')
-    return samples, groups, cur.to_arrow_reader(1 << 16)
+    # the samples split by a hash of their group (every copy of a fingerprint in the same part), each part ranked on its own:
+    # the window holds one part, at any size. The best copy first: never an opted-out one while another may be served,
+    # then most source pixels, the larger file, the smaller id
+    k = max(1, -(-samples // RANK_ROWS))
+    for p in range(k):
+        con.execute(f"COPY (SELECT bucket, shard, index, rn = 2 AS second FROM (SELECT bucket, shard, index, row_number() OVER (PARTITION BY grp ORDER BY "
+                    "blocked, CAST(src_width AS BIGINT) * src_height DESC, coalesce(src_nbytes, 0) DESC, id) AS rn "
+                    f"FROM g WHERE hash(grp) % {k} = {p}) WHERE rn > 1) TO '{spill / f'copies.{p}.parquet'}' (FORMAT parquet)")
+    copies = f"read_parquet('{spill / 'copies.*.parquet'}')"
+    groups = con.execute(f'SELECT count(*) FROM {copies} WHERE second').fetchall()[0][0]  # a group of two or more has one second copy
+    return samples, groups, con.sql(f'SELECT bucket, shard, index FROM {copies} ORDER BY bucket, shard, index').to_arrow_reader(1 << 16)
 
 def dedup_tree(root:str|Path, # an MDS tree written by prx_nb
                *,

@@ -15,7 +15,7 @@ from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, empty
                    skip_files, read_sidecar, missing_sidecars, SKIP_RECORD, add_skips, read_skips, skip_reasons,
                    OPTOUT, abs_table, read_id_column, ledger_path, read_ledger, recorded_table, tree_table, read_optouts,
                    write_optout_record, optout_indices, read_ids, set_skips, skip_shards, reason_applies,
-                   SPILL_MEMORY, spill_folder, spill_db, manifests_view, sorted_runs)
+                   spill_folder, spill_db, manifests_view, sorted_runs, MANIFEST_ROWS)
 from .table import sql_in, sql_str, META_SCAN
 from .mds import BucketWrite, copy_bucket
 from .classify import check_label
@@ -39,7 +39,7 @@ def skip_ids(root:str|Path, # the MDS tree
         man = b / 'manifest.parquet'
         if not man.exists(): unverified.append(man); continue
         per = {}
-        for t in pq.ParquetFile(man).iter_batches(batch_size=1 << 20, columns=['id', 'shard', 'index']):  # a batch at a time
+        for t in pq.ParquetFile(man).iter_batches(batch_size=MANIFEST_ROWS, columns=['id', 'shard', 'index']):  # a batch at a time
             hit = t.filter(pc.is_in(t['id'], value_set=want))  # only the listed samples reach Python
             for i, sh, x in zip(*(hit[c].to_pylist() for c in ('id', 'shard', 'index'))):
                 per.setdefault(sh, []).append(x); found.add(i)
@@ -374,8 +374,8 @@ class Filter(Stage):
                         outputs=dict(skipped_per_tier=tiers, unlabelled=int(f.buckets.unlabelled.sum()), unscored=f.unscored))
 
 # %% ../nbs/10_skips.ipynb #6f11058f
-def _label_rows(table:str, column:str, *, labels:tuple, spill:Path)->Path:
-    "The rows of the Lance `table` that a filter looks at (a label asked for, or none), streamed to a Parquet file in `spill`: its path."
+def _label_rows(table:str, column:str, *, labels:tuple, spill:Path)->tuple:
+    "The rows of the Lance `table` that a filter looks at (a label asked for, or none), streamed to a Parquet file in `spill`: its path and their number."
     import lance
     ds = lance.dataset(table)
     if column not in ds.schema.names:
@@ -383,13 +383,16 @@ def _label_rows(table:str, column:str, *, labels:tuple, spill:Path)->Path:
         raise ValueError(f'{table} has no column {column!r}; label columns: {", ".join(have) or "none (run prx_classify)"}')
     score = f'{column}_score' if f'{column}_score' in ds.schema.names else None
     schema = pa.schema([('id', pa.string()), ('label', pa.string()), ('score', pa.float64())])
-    out = spill / 'labels.parquet'
+    out, n = spill / 'labels.parquet', 0
     with pq.ParquetWriter(out, schema) as w:
         for b in ds.to_batches(columns=['id', column] + ([score] if score else []), filter=f'{sql_in(column, list(labels))} OR {column} IS NULL',
                                **META_SCAN):
             sc = pc.cast(b[score], pa.float64()) if score else pa.nulls(b.num_rows, pa.float64())
             w.write_table(pa.table([b['id'], pc.cast(b[column], pa.string()), sc], schema=schema))
-    return out
+            n += b.num_rows
+    return out, n
+
+JOIN_ROWS = 1 << 20  # label rows per partition of the filter's join: its hash table is one partition's, at any table size
 
 # %% ../nbs/10_skips.ipynb #efe87f6c
 def filter_tree(root:str|Path, # an MDS tree written from `table`
@@ -399,7 +402,7 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
                 labels=tuple(Filter().labels), # labels that become skip lists (each its own reason)
                 min_score:float=Filter.min_score, # a label skips a sample only with at least this confidence
                 progress:bool=True, # show a progress bar over the buckets
-                memory_limit:str=SPILL_MEMORY, # what DuckDB's join may hold before it spills (to a folder in the tree)
+                memory_limit:str='128MB', # what DuckDB's join and sort may hold before they spill (to a folder in the tree)
                )->TreeFilter:
     "Write one skip list per label over the tree `root`, replacing the previous lists of those reasons; labels and manifests are joined out of core, so memory stays flat at any size."
     labels = tuple(map(check_label, labels))  # one label is enough here: each is a skip-list reason
@@ -409,15 +412,19 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
     for b in buckets:
         if problems := check_bucket(b): refuse_damaged(problems, 'filter')
     with spill_folder(root) as spill:
-        lab = _label_rows(table, label_column, labels=labels, spill=spill)
+        lab, n_lab = _label_rows(table, label_column, labels=labels, spill=spill)
         con = spill_db(spill / 'duckdb', memory_limit)
         manifests_view(con, root, ['id', 'shard', 'index'])
-        con.execute(f"CREATE VIEW j AS SELECT m.bucket, m.shard, m.index, l.label, l.score FROM m JOIN read_parquet('{lab}') l ON m.id = l.id")
+        k = max(1, -(-n_lab // JOIN_ROWS))  # the label rows split by a hash of the id, each part joined to the manifests on its own
+        for p in range(k):
+            part = f'hash(id) % {k} = {p}'
+            con.execute(f"COPY (SELECT m.bucket, m.shard, m.index, l.label, l.score FROM (SELECT * FROM m WHERE {part}) m "
+                        f"JOIN (SELECT * FROM read_parquet('{lab}') WHERE {part}) l ON m.id = l.id) TO '{spill / f'joined.{p}.parquet'}' (FORMAT parquet)")
+        con.execute(f"CREATE VIEW j AS SELECT * FROM read_parquet('{spill / 'joined.*.parquet'}')")
         ok = f'(score >= {float(min_score)!r} OR (score IS NULL AND {float(min_score)!r} <= 0))'
         labs = ', '.join(map(sql_str, labels))
-        def per_bucket(where:str)->dict:  # samples per bucket among the label rows where `where` holds (a few: never the whole join)
-            return dict(con.execute(f"SELECT m.bucket, count(*) FROM m JOIN (SELECT id FROM read_parquet('{lab}') WHERE {where}) l "
-                                    "ON m.id = l.id GROUP BY m.bucket").fetchall())
+        def per_bucket(where:str)->dict:  # samples per bucket among the joined rows where `where` holds
+            return dict(con.execute(f"SELECT bucket, count(*) FROM j WHERE {where} GROUP BY bucket").fetchall())
         unlabelled = per_bucket('label IS NULL')
         unscored = per_bucket(f'label IN ({labs}) AND score IS NULL') if min_score > 0 else {}
         per = {bucket_key(b): {l: 0 for l in labels} for b in buckets}
