@@ -284,10 +284,11 @@ def open_rgb(data:bytes, # the encoded file
 
 # %% ../nbs/00_core.ipynb #c0ffee41
 def trim_heap()->None:
-    "Hand the C heap's free pages back to the system (glibc's `malloc_trim`; nothing elsewhere): a process that churns image bytes through Python keeps a fragmented heap, and its peak grows with the rows it has read"
+    "Hand the free pages of the C heap (glibc's `malloc_trim`; nothing elsewhere) and of Arrow's memory pool back to the system: a process that churns image bytes keeps both fragmented, and its peak grows with the rows it has read"
     import ctypes
     try: ctypes.CDLL(None).malloc_trim(0)
     except (AttributeError, OSError, TypeError): pass
+    if (pa := sys.modules.get('pyarrow')) is not None: pa.default_memory_pool().release_unused()  # mimalloc keeps what Arrow freed
 
 def cap_arenas(n:int|None=None, # arenas at most (default: `PRX_MALLOC_ARENAS`, else the CPUs this process may use)
               )->int|None:

@@ -114,7 +114,11 @@ def test_the_plan_on_disk_equals_the_plan_in_memory(meta, tmp_path):
     assert ds.take(t['_pos'].combine_chunks(), columns=['id'])['id'].to_pylist() == t['id'].to_pylist()
 
 
-def test_merge_dedup_filter_and_optout_equal_the_in_memory_decisions(meta, tmp_path):
+@pytest.mark.parametrize('part_rows', [None, 100])
+def test_merge_dedup_filter_and_optout_equal_the_in_memory_decisions(meta, tmp_path, monkeypatch, part_rows):
+    if part_rows:  # dedup's ranking and filter's join in many parts, as at a billion rows: the same decisions
+        import prx_nb.dedup, prx_nb.skips
+        monkeypatch.setattr(prx_nb.dedup, 'RANK_ROWS', part_rows); monkeypatch.setattr(prx_nb.skips, 'JOIN_ROWS', part_rows)
     root = make_tree(meta, tmp_path / 'mds')
     s = samples(root)
     assert s.num_rows > 2000 and len({x for x in s['shard'].to_pylist()}) > 5
