@@ -159,8 +159,9 @@ def plan_buckets(table:str, # the Lance table
         if i not in writers: writers[i] = pq.ParquetWriter(folder / f'{i}.unsorted.parquet', schema, write_statistics=False)
         writers[i].write_table(pa.concat_tables(held.pop(i)))
     try:
-        for b in ds.to_batches(columns=['id', 'width', 'height'], filter=filt, with_row_address=True,
-                               **META_SCAN | dict(batch_size=batch_rows)):  # bounded read-ahead: memory stays flat
+        for k, b in enumerate(ds.to_batches(columns=['id', 'width', 'height'], filter=filt, with_row_address=True,
+                                            **META_SCAN | dict(batch_size=batch_rows))):  # bounded read-ahead: memory stays flat
+            if k % 8 == 7: trim_heap()  # the scan's freed batches, handed back as it goes
             if not b.num_rows: continue
             w, h = (pc.fill_null(b[c], 0).to_numpy(zero_copy_only=False) for c in ('width', 'height'))
             code = _bucket_names(bucketer, w, h, names=names)
@@ -357,14 +358,16 @@ def merge_parts(parts:list, # finished part folders, in sample order
                 names.append((name, s['samples']))
             m = pq.read_table(p / 'manifest.parquet')
             m = m.drop_columns([c for c in ('shard', 'index') if c in m.column_names])  # a finished bucket's own columns
-            m = m.append_column('shard', pa.array([n for n, k in names for _ in range(k)], pa.string()))
-            m = m.append_column('index', pa.array(np.concatenate([np.arange(k) for _, k in names] or [np.zeros(0, np.int64)]), pa.int32()))
+            counts = np.array([k for _, k in names], np.int64)
+            m = m.append_column('shard', pa.array([n for n, _ in names], pa.string()).take(np.repeat(np.arange(len(names)), counts)))  # no Python string per sample
+            m = m.append_column('index', pa.array(np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts), pa.int32()))
             if man is None: man = pq.ParquetWriter(tmp / 'manifest.parquet', m.schema)
             man.write_table(m.cast(man.schema))
             r = pq.read_table(p / 'rejected.parquet')
             if rej is None: rej = pq.ParquetWriter(tmp / 'rejected.parquet', r.schema)
             rej.write_table(r.cast(rej.schema))
             written += m.num_rows; rejected.update(r['status'].to_pylist())
+            del m, r; trim_heap()  # the part's manifest, handed back before the next is read
     finally:
         for w in (man, rej):
             if w is not None: w.close()

@@ -160,7 +160,7 @@ def _ranges(table)->tuple:
 
 def write_report(table:str|Path, # path or URI of the Lance table
                  out:str|Path, # folder for the plots and tables (created)
-                 batch_rows:int=1 << 20, # rows per batch of the scan
+                 batch_rows:int=1 << 18, # rows per batch of the scan (a pandas frame each)
                 )->pd.DataFrame:
     "Write the report on `table` to `out`; the drop table"
     import matplotlib.pyplot as plt, pyarrow as pa, pyarrow.parquet as pq
