@@ -19,8 +19,8 @@ from .mds import iter_bucket
 from .stage import Stage, StageRun, RunContext, opt, with_options
 
 # %% auto #0
-__all__ = ['keep_best', 'near_pairs', 'dedup_keep', 'SkipCounts', 'TreeDedup', 'fill_fingerprints', 'tree_fingerprints', 'Dedup',
-           'dedup_tree', 'prx_dedup']
+__all__ = ['RANK_ROWS', 'keep_best', 'near_pairs', 'dedup_keep', 'SkipCounts', 'TreeDedup', 'fill_fingerprints',
+           'tree_fingerprints', 'Dedup', 'dedup_tree', 'prx_dedup']
 
 # %% ../nbs/09_dedup.ipynb #cef17540
 needs_extra('prx_nb.dedup', 'build')   # importing this module without it says what to install

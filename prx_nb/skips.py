@@ -22,7 +22,7 @@ from .classify import check_label
 from .stage import Stage, StageRun, RunContext, opt, with_options
 
 # %% auto #0
-__all__ = ['REWRITE_MARK', 'skip_ids', 'skip_stats', 'optout', 'sync_optouts', 'Optout', 'rewrite_bucket', 'rewrite',
+__all__ = ['REWRITE_MARK', 'JOIN_ROWS', 'skip_ids', 'skip_stats', 'optout', 'sync_optouts', 'Optout', 'rewrite_bucket', 'rewrite',
            'check_tree', 'prx_skip', 'prx_optout', 'prx_skip_stats', 'prx_rewrite', 'prx_check', 'TreeFilter', 'Filter',
            'filter_tree', 'prx_filter']
 

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 
 # %% auto #0
-__all__ = ['SKIP_RECORD', 'VIEW_PREFIX', 'OPTOUT', 'SPILL_MEMORY', 'empty_bucket', 'iter_buckets', 'bucket_key', 'file_sha1',
-           'shard_header_problem', 'check_bucket', 'refuse_damaged', 'read_whole', 'sweep_tmp', 'file_lock', 'locked',
-           'skip_path', 'skip_files', 'read_sidecar', 'recorded_sidecars', 'reason_applies', 'missing_sidecars',
-           'refuse_missing', 'write_sidecar', 'remove_sidecar', 'set_skips', 'add_skips', 'read_skips', 'skip_arrays',
-           'skip_shards', 'skip_reasons', 'skips_by_id', 'write_skips_by_id', 'abs_table', 'read_id_column',
-           'ledger_path', 'read_ledger', 'resolve_table', 'recorded_table', 'tree_table', 'read_optouts',
-           'stale_optouts', 'write_optout_record', 'optout_indices', 'read_ids', 'spill_folder', 'spill_db',
-           'manifests_view', 'sorted_runs']
+__all__ = ['SKIP_RECORD', 'VIEW_PREFIX', 'MANIFEST_ROWS', 'OPTOUT', 'SPILL_MEMORY', 'empty_bucket', 'iter_buckets', 'bucket_key',
+           'file_sha1', 'shard_header_problem', 'check_bucket', 'refuse_damaged', 'read_whole', 'sweep_tmp',
+           'file_lock', 'locked', 'skip_path', 'skip_files', 'read_sidecar', 'recorded_sidecars', 'reason_applies',
+           'missing_sidecars', 'refuse_missing', 'write_sidecar', 'remove_sidecar', 'set_skips', 'add_skips',
+           'read_skips', 'skip_arrays', 'skip_shards', 'skip_reasons', 'skips_by_id', 'write_skips_by_id', 'abs_table',
+           'read_id_column', 'ledger_path', 'read_ledger', 'resolve_table', 'recorded_table', 'tree_table',
+           'read_optouts', 'stale_optouts', 'write_optout_record', 'optout_indices', 'read_ids', 'spill_folder',
+           'spill_db', 'manifests_view', 'sorted_runs']
 
 # %% ../nbs/00e_tree.ipynb #594625f8
 _BUCKET_NAME = re.compile(r'\d+x\d+')
