@@ -15,7 +15,7 @@ from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, empty
                    skip_files, read_sidecar, missing_sidecars, SKIP_RECORD, add_skips, read_skips, skip_reasons,
                    OPTOUT, abs_table, read_id_column, ledger_path, read_ledger, recorded_table, tree_table, read_optouts,
                    write_optout_record, optout_indices, read_ids, set_skips, skip_shards, reason_applies,
-                   spill_folder, spill_db, manifests_view, sorted_runs, MANIFEST_ROWS)
+                   spill_folder, spill_db, manifests_view, sorted_runs, manifest_batches)
 from .table import sql_in, sql_str, META_SCAN
 from .mds import BucketWrite, copy_bucket
 from .classify import check_label
@@ -39,7 +39,7 @@ def skip_ids(root:str|Path, # the MDS tree
         man = b / 'manifest.parquet'
         if not man.exists(): unverified.append(man); continue
         per = {}
-        for t in pq.ParquetFile(man).iter_batches(batch_size=MANIFEST_ROWS, columns=['id', 'shard', 'index']):  # a batch at a time
+        for t in manifest_batches(man, ['id', 'shard', 'index']):  # a batch at a time
             hit = t.filter(pc.is_in(t['id'], value_set=want))  # only the listed samples reach Python
             for i, sh, x in zip(*(hit[c].to_pylist() for c in ('id', 'shard', 'index'))):
                 per.setdefault(sh, []).append(x); found.add(i)

@@ -13,10 +13,10 @@ __all__ = ['SKIP_RECORD', 'VIEW_PREFIX', 'MANIFEST_ROWS', 'OPTOUT', 'SPILL_MEMOR
            'file_sha1', 'shard_header_problem', 'check_bucket', 'refuse_damaged', 'read_whole', 'sweep_tmp',
            'file_lock', 'locked', 'skip_path', 'skip_files', 'read_sidecar', 'recorded_sidecars', 'reason_applies',
            'missing_sidecars', 'refuse_missing', 'write_sidecar', 'remove_sidecar', 'set_skips', 'add_skips',
-           'read_skips', 'skip_arrays', 'skip_shards', 'skip_reasons', 'skips_by_id', 'write_skips_by_id', 'abs_table',
-           'read_id_column', 'ledger_path', 'read_ledger', 'resolve_table', 'recorded_table', 'tree_table',
-           'read_optouts', 'stale_optouts', 'write_optout_record', 'optout_indices', 'read_ids', 'spill_folder',
-           'spill_db', 'manifests_view', 'sorted_runs']
+           'read_skips', 'skip_arrays', 'skip_shards', 'skip_reasons', 'manifest_batches', 'skips_by_id',
+           'write_skips_by_id', 'abs_table', 'read_id_column', 'ledger_path', 'read_ledger', 'resolve_table',
+           'recorded_table', 'tree_table', 'read_optouts', 'stale_optouts', 'write_optout_record', 'optout_indices',
+           'read_ids', 'spill_folder', 'spill_db', 'manifests_view', 'sorted_runs']
 
 # %% ../nbs/00e_tree.ipynb #594625f8
 _BUCKET_NAME = re.compile(r'\d+x\d+')
@@ -333,9 +333,12 @@ def skip_reasons(root:Path, # an MDS tree, or one bucket folder
 # %% ../nbs/00e_tree.ipynb #c0ffee18
 MANIFEST_ROWS = 1 << 16  # manifest rows per batch read: Arrow decodes a batch, not the row group (a whole part) under it
 
-def _manifest_batches(man:Path, columns:list, rows:int=MANIFEST_ROWS):
-    "The manifest `man` a batch of `rows` at a time (a bucket of any size in bounded memory)."
-    yield from pq.ParquetFile(man).iter_batches(batch_size=rows, columns=columns)
+def manifest_batches(man:Path, # a bucket's manifest.parquet
+                     columns:list, # the columns to read
+                     rows:int=MANIFEST_ROWS, # rows per batch
+                    ):
+    "The manifest `man` a batch of `rows` at a time, each row group's pages read as they are decoded (a bucket of any size in bounded memory)"
+    yield from pq.ParquetFile(man, pre_buffer=False).iter_batches(batch_size=rows, columns=columns)  # pre-buffering reads a whole row group ahead
 
 def skips_by_id(bucket:Path, # a bucket folder
                )->dict:
@@ -348,7 +351,7 @@ def skips_by_id(bucket:Path, # a bucket folder
     for p, shard, reason in sides: lists.setdefault(reason, {})[shard] = np.array(read_sidecar(p), np.int64)
     out = {reason: set() for reason in lists}
     try:
-        for b in _manifest_batches(man, ['id', 'shard', 'index']):
+        for b in manifest_batches(man, ['id', 'shard', 'index']):
             shard, index = b['shard'].to_numpy(zero_copy_only=False), b['index'].to_numpy()
             for reason, per in lists.items():
                 hit = np.zeros(len(b), bool)
@@ -366,7 +369,7 @@ def write_skips_by_id(bucket:Path, # a bucket folder
     "Write `skips` (reason → ids) as the skip lists of the bucket folder `bucket`, whose manifest is `man`."
     want = {reason: pa.array(sorted(ids), pa.string()) for reason, ids in skips.items() if ids}
     per = {reason: {} for reason in want}
-    batches = man.select(['id', 'shard', 'index']).to_batches() if isinstance(man, pa.Table) else _manifest_batches(man, ['id', 'shard', 'index'])
+    batches = man.select(['id', 'shard', 'index']).to_batches() if isinstance(man, pa.Table) else manifest_batches(man, ['id', 'shard', 'index'])
     for b in batches:
         for reason, ids in want.items():
             hit = b.filter(pc.is_in(b['id'], value_set=ids))  # only the listed samples reach Python
@@ -470,7 +473,7 @@ def optout_indices(bucket:Path, # a bucket folder of a tree
         raise ValueError(f'{man} is missing: the opt-outs of this bucket cannot be verified, so it is not served; '
                          'restore it or rewrite the bucket')
     want, out = pa.array(list(opted), pa.string()), {}
-    for b in _manifest_batches(man, ['id', 'shard', 'index']):  # a batch at a time: a bucket of any size
+    for b in manifest_batches(man, ['id', 'shard', 'index']):  # a batch at a time: a bucket of any size
         m = b.filter(pc.is_in(b['id'], value_set=want))  # only opted-out samples reach Python
         for s, i in zip(m['shard'].to_pylist(), m['index'].to_pylist()): out.setdefault(s, set()).add(i)
     return out
