@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from .core import call_parse, needs_extra
 from .phash import phash, hamming, add_phash
 from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, sweep_tmp, read_optouts, set_skips, skip_shards,
-                   SPILL_MEMORY, spill_folder, spill_db, manifests_view, sorted_runs)
+                   SPILL_MEMORY, spill_folder, spill_db, manifests_view, sorted_runs, in_parts)
 from .mds import iter_bucket
 from .stage import Stage, StageRun, RunContext, opt, with_options
 
@@ -250,12 +250,9 @@ def _dedup_lists(root:Path, opted:set, *, radius:int, spill:Path, memory_limit:s
     # the samples split by a hash of their group (every copy of a fingerprint in the same part), each part ranked on its own:
     # the window holds one part, at any size. The best copy first: never an opted-out one while another may be served,
     # then most source pixels, the larger file, the smaller id
-    k = max(1, -(-samples // RANK_ROWS))
-    for p in range(k):
-        con.execute(f"COPY (SELECT bucket, shard, index, rn = 2 AS second FROM (SELECT bucket, shard, index, row_number() OVER (PARTITION BY grp ORDER BY "
-                    "blocked, CAST(src_width AS BIGINT) * src_height DESC, coalesce(src_nbytes, 0) DESC, id) AS rn "
-                    f"FROM g WHERE hash(grp) % {k} = {p}) WHERE rn > 1) TO '{spill / f'copies.{p}.parquet'}' (FORMAT parquet)")
-    copies = f"read_parquet('{spill / 'copies.*.parquet'}')"
+    copies = in_parts(con, 'SELECT bucket, shard, index, rn = 2 AS second FROM (SELECT bucket, shard, index, row_number() OVER (PARTITION BY grp ORDER BY '
+                           'blocked, CAST(src_width AS BIGINT) * src_height DESC, coalesce(src_nbytes, 0) DESC, id) AS rn '
+                           'FROM g WHERE {part}) WHERE rn > 1', 'grp', n=samples, part_rows=RANK_ROWS, out=spill / 'copies')
     groups = con.execute(f'SELECT count(*) FROM {copies} WHERE second').fetchall()[0][0]  # a group of two or more has one second copy
     return samples, groups, con.sql(f'SELECT bucket, shard, index FROM {copies} ORDER BY bucket, shard, index').to_arrow_reader(1 << 16)
 

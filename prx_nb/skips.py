@@ -15,7 +15,7 @@ from .tree import (iter_buckets, bucket_key, check_bucket, refuse_damaged, empty
                    skip_files, read_sidecar, missing_sidecars, SKIP_RECORD, add_skips, read_skips, skip_reasons,
                    OPTOUT, abs_table, read_id_column, ledger_path, read_ledger, recorded_table, tree_table, read_optouts,
                    write_optout_record, optout_indices, read_ids, set_skips, skip_shards, reason_applies,
-                   spill_folder, spill_db, manifests_view, sorted_runs, manifest_batches)
+                   spill_folder, spill_db, manifests_view, sorted_runs, manifest_batches, in_parts)
 from .table import sql_in, sql_str, META_SCAN
 from .mds import BucketWrite, copy_bucket
 from .classify import check_label
@@ -415,12 +415,9 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
         lab, n_lab = _label_rows(table, label_column, labels=labels, spill=spill)
         con = spill_db(spill / 'duckdb', memory_limit)
         manifests_view(con, root, ['id', 'shard', 'index'])
-        k = max(1, -(-n_lab // JOIN_ROWS))  # the label rows split by a hash of the id, each part joined to the manifests on its own
-        for p in range(k):
-            part = f'hash(id) % {k} = {p}'
-            con.execute(f"COPY (SELECT m.bucket, m.shard, m.index, l.label, l.score FROM (SELECT * FROM m WHERE {part}) m "
-                        f"JOIN (SELECT * FROM read_parquet('{lab}') WHERE {part}) l ON m.id = l.id) TO '{spill / f'joined.{p}.parquet'}' (FORMAT parquet)")
-        con.execute(f"CREATE VIEW j AS SELECT * FROM read_parquet('{spill / 'joined.*.parquet'}')")
+        joined = in_parts(con, "SELECT m.bucket, m.shard, m.index, l.label, l.score FROM (SELECT * FROM m WHERE {part}) m "
+                               f"JOIN (SELECT * FROM read_parquet('{lab}') WHERE {{part}}) l ON m.id = l.id", 'id', n=n_lab, part_rows=JOIN_ROWS, out=spill / 'joined')
+        con.execute(f'CREATE VIEW j AS SELECT * FROM {joined}')
         ok = f'(score >= {float(min_score)!r} OR (score IS NULL AND {float(min_score)!r} <= 0))'
         labs = ', '.join(map(sql_str, labels))
         def per_bucket(where:str)->dict:  # samples per bucket among the joined rows where `where` holds

@@ -16,7 +16,7 @@ __all__ = ['SKIP_RECORD', 'VIEW_PREFIX', 'MANIFEST_ROWS', 'OPTOUT', 'SPILL_MEMOR
            'read_skips', 'skip_arrays', 'skip_shards', 'skip_reasons', 'manifest_batches', 'skips_by_id',
            'write_skips_by_id', 'abs_table', 'read_id_column', 'ledger_path', 'read_ledger', 'resolve_table',
            'recorded_table', 'tree_table', 'read_optouts', 'stale_optouts', 'write_optout_record', 'optout_indices',
-           'read_ids', 'spill_folder', 'spill_db', 'manifests_view', 'sorted_runs']
+           'read_ids', 'spill_folder', 'spill_db', 'manifests_view', 'in_parts', 'sorted_runs']
 
 # %% ../nbs/00e_tree.ipynb #594625f8
 _BUCKET_NAME = re.compile(r'\d+x\d+')
@@ -537,6 +537,20 @@ def manifests_view(con, # a DuckDB connection
                 rf"regexp_extract(filename, '(\d+/\d+x\d+)/manifest\.parquet$', 1) AS bucket "
                 f"FROM read_parquet({lst}, filename=true, union_by_name=true)")
     return len(files)
+
+def in_parts(con, # a DuckDB connection
+             query:str, # a SELECT in which each `{part}` stands for the part's condition on `key`
+             key:str, # the column whose hash splits the rows (rows of one key are in one part)
+             *,
+             n:int, # rows to split
+             part_rows:int, # rows per part, about
+             out:Path, # each part's rows go to `out`.P.parquet
+            )->str:
+    "Run `query` in parts of about `part_rows` of `n` rows, split by `hash(key)`, so that a join or window holds one part whatever the row count; the SQL that reads every part back"
+    k = max(1, -(-n // part_rows))
+    for p in range(k):
+        con.execute(f"COPY ({query.replace('{part}', f'hash({key}) % {k} = {p}')}) TO '{out}.{p}.parquet' (FORMAT parquet)")
+    return f"read_parquet('{out}.*.parquet')"
 
 def sorted_runs(batches, # record batches sorted by `keys` (a DuckDB result read a batch at a time)
                 keys:list, # the columns whose equal values make a run
