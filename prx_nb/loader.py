@@ -10,7 +10,7 @@ import numpy as np
 from streaming import Stream, StreamingDataset
 from streaming.base.world import World
 from .core import call_parse
-from .tree import (iter_buckets, bucket_key, shard_header_problem, file_sha1, skip_files, SKIP_RECORD, read_skips,
+from .tree import (iter_buckets, bucket_key, shard_header_problem, file_sha1, skip_files, SKIP_RECORD,
                    OPTOUT, read_id_column, ledger_path, read_ledger, tree_table, read_optouts, stale_optouts, optout_indices,
                    skip_arrays)
 from .mds import raw_images, as_image_sample, bucket_columns
@@ -236,17 +236,15 @@ class SkipsMixin:
         self.length = ceil(self.epoch_size / self._parallel_rank_world.num_ranks)
 
     def _shard_skips(self)->list:
-        "Per shard of the dataset: its skipped sample indices, sorted."
+        "Per shard of the dataset: its skipped sample indices, sorted (a stream's lists as `tree_dataset` counted them, when it did: read once)."
         cache, trees, vcache, out = {}, {}, {}, []
         for sid, shard in enumerate(self.shards):
             st = self.streams[self.stream_per_shard[sid]]
             local = _stream_dir(st)
             if local not in cache:
                 views = stream_views(st, self.skip_view, vcache, samples=self.samples_per_stream[self.stream_per_shard[sid]])
-                sk = skip_arrays(local, self.reasons, views=views)
-                for name, idx in optout_indices(local, stream_optouts(st, trees)).items():
-                    sk[name] = np.union1d(sk.get(name, np.zeros(0, np.int64)), np.fromiter(idx, np.int64))
-                cache[local] = sk
+                got = st.__dict__.pop('_prx_skips', None)  # never pickled to the workers with the stream
+                cache[local] = got[1] if got and got[0] == (self.reasons, views) else _stream_skips(st, self.reasons, trees, views)
             out.append(cache[local].get(shard.raw_data.basename, np.zeros(0, np.int64)))
         return out
 
@@ -462,8 +460,20 @@ def tree_buckets(root:str|Path, # an MDS tree: a local folder, or a remote URI (
     return sorted(keys, key=lambda k: (int(k.split('/')[0]), k))
 
 # %% ../nbs/12_loader.ipynb #0af84c62
+def _stream_skips(st, # a `streaming.Stream` over one bucket of a tree
+                 reasons, # skip-list reasons (None: every one but views'); opt-outs apply whatever they are
+                 trees:dict, # a cache: tree → its opt-outs (pass the same dict for every stream)
+                 views=(), # the view reasons of the stream (`stream_views`)
+                ):
+    "Shard basename → the sorted indices stream `st` never serves: its skip lists of `reasons` and `views`, and its tree's opt-outs (8 bytes a skipped sample)"
+    local = _stream_dir(st)
+    sk = skip_arrays(local, None if reasons is None else set(reasons) | {'optout'}, views=views)
+    for name, idx in optout_indices(local, stream_optouts(st, trees)).items():
+        sk[name] = np.union1d(sk.get(name, np.zeros(0, np.int64)), np.fromiter(idx, np.int64))
+    return sk
+
 def _counts(st:Stream, reasons, trees:dict, view=None, views:dict|None=None)->tuple:
-    "(samples, kept) of stream `st` (a bucket) under `reasons`, `view` and its tree's opt-outs; `trees` caches the opt-outs, `views` the views"
+    "(samples, kept) of stream `st` (a bucket) under `reasons`, `view` and its tree's opt-outs; `trees` caches the opt-outs, `views` the views. The lists stay on the stream for the dataset made from it, which reads them no more"
     local = Path(st.local) / (st.split or '')
     if (local / 'index.json').exists():
         n = sum(s['samples'] for s in json.loads((local / 'index.json').read_text())['shards'])
@@ -471,8 +481,9 @@ def _counts(st:Stream, reasons, trees:dict, view=None, views:dict|None=None)->tu
         import pyarrow.parquet as pq
         n = pq.ParquetFile(local / 'manifest.parquet').metadata.num_rows
     vr = stream_views(st, view, {} if views is None else views, samples=n)
-    sk = read_skips(local, None if reasons is None else set(reasons) | {'optout'}, views=vr)
-    for s, idx in optout_indices(local, stream_optouts(st, trees)).items(): sk.setdefault(s, set()).update(idx)
+    reasons = None if reasons is None else set(reasons) | {'optout'}
+    sk = _stream_skips(st, reasons, trees, vr)
+    st._prx_skips = ((reasons, vr), sk)
     return n, n - sum(map(len, sk.values()))
 
 _BATCHINGS = ('per_stream', 'device_per_stream')

@@ -59,6 +59,25 @@ def test_one_process_two_workers_same_size_batches_every_reason(tree, on_skip):
     assert isinstance(batches[0][0][1], int) and ds.caption_columns[ds.keys[0]] == 'caption_source'
 
 
+def test_set_up_reads_each_buckets_skip_lists_once_and_keeps_them_off_the_streams(tree, monkeypatch):
+    "Counting the buckets and building the substitutes share one read per bucket; the streams a worker gets carry no lists."
+    import pickle, prx_nb.loader as L
+    root, man, every, kept, whole = tree
+    seen = []
+    real = L.skip_arrays
+    monkeypatch.setattr(L, 'skip_arrays', lambda b, *a, **k: seen.append(Path(b).relative_to(root).as_posix()) or real(b, *a, **k))
+    with pytest.warns(UserWarning, match='left out'): ds = tree_dataset(root, batch_size=2, seed=5)
+    assert sorted(seen) == sorted(man)  # every bucket once: the left-out one too (it is counted), none twice
+    assert ds.num_skipped == len(every - set(man[whole]))
+    assert not any(hasattr(st, '_prx_skips') for st in ds.streams)
+    assert len(pickle.dumps(ds.streams)) < 20_000
+    seen.clear()
+    from streaming import Stream
+    ds2 = L.TreeDataset(keys=ds.keys, streams=[Stream(local=str(root / k)) for k in ds.keys], batch_size=2, shuffle_seed=5)
+    # streams that were not counted: their lists are read by the dataset itself, to the same table
+    assert sorted(seen) == sorted(ds.keys) and np.array_equal(ds2._skip_ids, ds._skip_ids) and np.array_equal(ds2._skip_to, ds._skip_to)
+
+
 def test_substitutes_come_from_the_same_bucket_even_when_a_shard_is_skipped_whole(tree):
     root, man, every, kept, whole = tree
     ds, _ = run(root, on_skip='substitute')
