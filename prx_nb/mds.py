@@ -153,40 +153,35 @@ def plan_buckets(table:str, # the Lance table
     spill = _Spill(folder, owned=owned)
     ds = lance.dataset(str(table))
     filt = "(status = 'ok')" + (f' AND ({where})' if where else '')
-    names, writers, held, pos = {}, {}, {}, _Positions(ds)
-    schema = pa.schema([('id', pa.string()), ('_pos', pa.int64())])
-    def flush(i:int):  # a bucket's held slices as one row group: few row groups, so the open writers' metadata stays small
-        if i not in writers: writers[i] = pq.ParquetWriter(folder / f'{i}.unsorted.parquet', schema, write_statistics=False)
-        writers[i].write_table(pa.concat_tables(held.pop(i)))
-    try:
+    names, pos = {}, _Positions(ds)
+    scan = folder / 'scan.parquet'  # every planned row once, with its bucket: one writer, a row group per batch, nothing held
+    schema = pa.schema([('id', pa.string()), ('_pos', pa.int64()), ('b', pa.int32())])
+    with pq.ParquetWriter(scan, schema, write_statistics=False) as out:
         for k, b in enumerate(ds.to_batches(columns=['id', 'width', 'height'], filter=filt, with_row_address=True,
                                             **META_SCAN | dict(batch_size=batch_rows))):  # bounded read-ahead: memory stays flat
             if k % 8 == 7: trim_heap()  # the scan's freed batches, handed back as it goes
             if not b.num_rows: continue
             w, h = (pc.fill_null(b[c], 0).to_numpy(zero_copy_only=False) for c in ('width', 'height'))
             code = _bucket_names(bucketer, w, h, names=names)
-            t = pa.table({'id': b['id'], '_pos': pa.array(pos(b['_rowaddr'].to_numpy()))})
-            order = np.argsort(code, kind='stable')
-            ends = np.cumsum(np.bincount(code[code >= 0], minlength=len(names)))
-            first = int((code < 0).sum())
-            for i, (e, n) in enumerate(zip(ends, np.diff(ends, prepend=0))):
-                if not n: continue
-                held.setdefault(i, []).append(t.take(order[first + e - n:first + e]))  # its own copy: no batch is kept alive
-                if sum(map(len, held[i])) >= 1 << 14: flush(i)
-        for i in list(held): flush(i)
-    finally:
-        for w in writers.values(): w.close()
+            keep = np.flatnonzero(code >= 0)
+            out.write_table(pa.table({'id': b['id'].take(keep), '_pos': pos(b['_rowaddr'].to_numpy())[keep], 'b': code[keep]}, schema=schema))
+    trim_heap()
     con = spill_db(folder / 'duckdb', memory_limit)
+    con.execute('SET preserve_insertion_order = false')  # each bucket is sorted next: the order the split writes in is free
+    con.execute('SET partitioned_write_flush_threshold = 16384')  # a bucket's rows go to disk 16k at a time, whatever its size
+    con.execute(f"COPY (SELECT id, _pos, b FROM read_parquet('{scan}')) TO '{folder / 'parts'}' "
+                "(FORMAT parquet, PARTITION_BY (b), ROW_GROUP_SIZE 16384)")  # one pass splits the rows by bucket, in bounded memory
+    scan.unlink()
     gone = ''
     if exclude:
         pq.write_table(pa.table({'id': pa.array(sorted(exclude), pa.string())}), folder / 'exclude.parquet')
         gone = f" WHERE id NOT IN (SELECT id FROM read_parquet('{folder / 'exclude.parquet'}'))"
     plan = {}
     for key, i in sorted(names.items()):
-        src, dst = folder / f'{i}.unsorted.parquet', folder / f'{i}.parquet'
-        con.execute(f"COPY (SELECT id, _pos FROM read_parquet('{src}'){gone} ORDER BY id, _pos) TO '{dst}' "
+        src, dst = folder / 'parts' / f'b={i}', folder / f'{i}.parquet'
+        con.execute(f"COPY (SELECT id, _pos FROM read_parquet('{src}/*.parquet'){gone} ORDER BY id, _pos) TO '{dst}' "
                     "(FORMAT parquet, ROW_GROUP_SIZE 65536)")
-        src.unlink()
+        shutil.rmtree(src)
         n = pq.ParquetFile(dst).metadata.num_rows
         if n: plan[key] = PlannedRows(spill, dst.name, offset=0, length=n)
         else: dst.unlink()
