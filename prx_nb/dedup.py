@@ -252,7 +252,7 @@ def _dedup_lists(root:Path, opted:set, *, radius:int, spill:Path, memory_limit:s
     # then most source pixels, the larger file, the smaller id
     copies = in_parts(con, 'SELECT bucket, shard, index, rn = 2 AS second FROM (SELECT bucket, shard, index, row_number() OVER (PARTITION BY grp ORDER BY '
                            'blocked, CAST(src_width AS BIGINT) * src_height DESC, coalesce(src_nbytes, 0) DESC, id) AS rn '
-                           'FROM g WHERE {part}) WHERE rn > 1', 'grp', n=samples, part_rows=RANK_ROWS, out=spill / 'copies')
+                           'FROM {g}) WHERE rn > 1', dict(g='g'), key='grp', n=samples, part_rows=RANK_ROWS, out=spill / 'copies')
     groups = con.execute(f'SELECT count(*) FROM {copies} WHERE second').fetchall()[0][0]  # a group of two or more has one second copy
     return samples, groups, con.sql(f'SELECT bucket, shard, index FROM {copies} ORDER BY bucket, shard, index').to_arrow_reader(1 << 16)
 

@@ -415,8 +415,8 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
         lab, n_lab = _label_rows(table, label_column, labels=labels, spill=spill)
         con = spill_db(spill / 'duckdb', memory_limit)
         manifests_view(con, root, ['id', 'shard', 'index'])
-        joined = in_parts(con, "SELECT m.bucket, m.shard, m.index, l.label, l.score FROM (SELECT * FROM m WHERE {part}) m "
-                               f"JOIN (SELECT * FROM read_parquet('{lab}') WHERE {{part}}) l ON m.id = l.id", 'id', n=n_lab, part_rows=JOIN_ROWS, out=spill / 'joined')
+        joined = in_parts(con, "SELECT m.bucket, m.shard, m.index, l.label, l.score FROM {m} m JOIN {l} l ON m.id = l.id",
+                          dict(m='m', l=f"read_parquet('{lab}')"), key='id', n=n_lab, part_rows=JOIN_ROWS, out=spill / 'joined')
         con.execute(f'CREATE VIEW j AS SELECT * FROM {joined}')
         ok = f'(score >= {float(min_score)!r} OR (score IS NULL AND {float(min_score)!r} <= 0))'
         labs = ', '.join(map(sql_str, labels))

@@ -539,17 +539,30 @@ def manifests_view(con, # a DuckDB connection
     return len(files)
 
 def in_parts(con, # a DuckDB connection
-             query:str, # a SELECT in which each `{part}` stands for the part's condition on `key`
-             key:str, # the column whose hash splits the rows (rows of one key are in one part)
+             query:str, # a SELECT in which each `{NAME}` of `inputs` stands for one part of that input
+             inputs:dict, # NAME → an SQL relation with the column `key` (a table, a view, `read_parquet(...)`)
              *,
+             key:str, # the column whose hash splits the rows (rows of one key are in one part)
              n:int, # rows to split
              part_rows:int, # rows per part, about
-             out:Path, # each part's rows go to `out`.P.parquet
+             out:Path, # each part's result goes to `out`.P.parquet; the split inputs to `out`.NAME/
             )->str:
-    "Run `query` in parts of about `part_rows` of `n` rows, split by `hash(key)`, so that a join or window holds one part whatever the row count; the SQL that reads every part back"
+    "Run `query` in parts of about `part_rows` of `n` rows, split by `hash(key)`, so that a join or window holds one part whatever the row count; the SQL that reads every part back. Each input is split once (one pass, to disk), and each part reads its own files: the work grows with the rows, not with rows × parts"
     k = max(1, -(-n // part_rows))
-    for p in range(k):
-        con.execute(f"COPY ({query.replace('{part}', f'hash({key}) % {k} = {p}')}) TO '{out}.{p}.parquet' (FORMAT parquet)")
+    order = con.execute("SELECT current_setting('preserve_insertion_order')").fetchone()[0]
+    con.execute('SET preserve_insertion_order = false')  # a part's rows in any order: the query orders what it needs
+    con.execute('SET partitioned_write_flush_threshold = 16384')  # each part's rows go to disk 16k at a time, however many parts
+    try:
+        for name, rel in inputs.items():
+            con.execute(f"COPY (SELECT *, hash({key}) % {k} AS _part FROM {rel}) TO '{out}.{name}' "
+                        "(FORMAT parquet, PARTITION_BY (_part), ROW_GROUP_SIZE 16384)")
+    finally: con.execute(f'SET preserve_insertion_order = {bool(order)}')
+    split = {name: f"(SELECT * EXCLUDE (_part) FROM read_parquet('{out}.{name}/*/*.parquet', hive_partitioning = true) WHERE _part = {{p}})"
+             if any(Path(f'{out}.{name}').glob('*/*.parquet')) else f'(SELECT * FROM {rel} LIMIT 0)' for name, rel in inputs.items()}
+    for p in range(k):  # a part that one input lacks reads as no rows: the folder's path says which files hold part p
+        q = query
+        for name, rel in split.items(): q = q.replace('{' + name + '}', rel.replace('{p}', str(p)))
+        con.execute(f"COPY ({q}) TO '{out}.{p}.parquet' (FORMAT parquet)")
     return f"read_parquet('{out}.*.parquet')"
 
 def sorted_runs(batches, # record batches sorted by `keys` (a DuckDB result read a batch at a time)
