@@ -70,6 +70,11 @@ def test_set_up_reads_each_buckets_skip_lists_once_and_keeps_them_off_the_stream
     assert sorted(seen) == sorted(man)  # every bucket once: the left-out one too (it is counted), none twice
     assert ds.num_skipped == len(every - set(man[whole]))
     assert not any(hasattr(st, '_prx_skips') for st in ds.streams)
+    from streaming.base.spanner import Spanner
+    import streaming.base.dataset as mosaic_dataset
+    assert isinstance(ds.spanner, L.LeanSpanner) and mosaic_dataset.Spanner is Spanner  # Mosaic's class is back
+    mosaic = Spanner(np.array(ds.samples_per_shard, np.int64))
+    assert [ds.spanner[i] for i in range(ds.num_samples)] == [mosaic[i] for i in range(ds.num_samples)]
     assert len(pickle.dumps(ds.streams)) < 20_000
     seen.clear()
     from streaming import Stream
