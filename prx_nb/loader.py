@@ -344,11 +344,14 @@ class SkipsMixin:
         ids, to = [], []
         for s in np.flatnonzero([len(sk) > 0 for sk in skips]):
             g = offsets[s] + skips[s]
-            kept = offsets[s] + np.setdiff1d(np.arange(spp[s]), skips[s], assume_unique=True)
-            if not len(kept):  # the whole shard is skipped: substitutes from its stream's other shards, never another stream's
-                i = self.stream_per_shard[s]
-                kept = np.concatenate([offsets[t] + np.setdiff1d(np.arange(spp[t]), skips[t], assume_unique=True) for t in range(sso[i], sso[i + 1])])
-            ids.append(g); to.append(kept[(g * 2654435761) % (1 << 32) % len(kept)])  # a fixed hash: the same every epoch and run
+            pick = (g * 2654435761) % (1 << 32)  # a fixed hash: the same every epoch and run
+            if len(skips[s]) < spp[s]:  # the j-th kept sample of the shard, found from its skip list alone (no array the size of the shard)
+                j = pick % (spp[s] - len(skips[s]))
+                ids.append(g); to.append(offsets[s] + j + np.searchsorted(skips[s] - np.arange(len(skips[s])), j, side='right'))
+                continue
+            i = self.stream_per_shard[s]  # the whole shard is skipped: substitutes from its stream's other shards, never another stream's
+            kept = np.concatenate([offsets[t] + np.setdiff1d(np.arange(spp[t]), skips[t], assume_unique=True) for t in range(sso[i], sso[i + 1])])
+            ids.append(g); to.append(kept[pick % len(kept)])
         return np.concatenate(ids), np.concatenate(to)
 
     def served_ids(self,
