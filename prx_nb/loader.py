@@ -332,7 +332,9 @@ class SkipsMixin:
         spp = np.asarray(self.samples_per_shard, np.int64)
         offsets = np.concatenate([[0], np.cumsum(spp)])
         sso = np.concatenate([self.shard_offset_per_stream, [len(spp)]]).astype(np.int64)
-        skips = [sk[(sk >= 0) & (sk < spp[s])] for s, sk in enumerate(self._shard_skips())]
+        skips = self._shard_skips()
+        for s, sk in enumerate(skips):  # indices past the shard's end (a list of an older shard) apply to nothing
+            if len(sk) and (sk[0] < 0 or sk[-1] >= spp[s]): skips[s] = sk[(sk >= 0) & (sk < spp[s])]
         self.num_skipped = int(sum(map(len, skips)))
         self.skipped_per_stream = [int(sum(len(skips[s]) for s in range(sso[i], sso[i + 1]))) for i in range(len(self.streams))]
         none = np.zeros(0, np.int64)
@@ -341,18 +343,21 @@ class SkipsMixin:
             if self.skipped_per_stream[i] == offsets[sso[i + 1]] - offsets[sso[i]]:
                 raise ValueError(f'every sample of the stream {_stream_dir(st)} is skipped: nothing to stream from it; '
                                  'leave it out of the streams (`prx_nb.loader.tree_dataset` and `prx_dataset` do so by themselves)')
-        ids, to = [], []
+        ids, to, at = np.empty(self.num_skipped, np.int64), np.empty(self.num_skipped, np.int64), 0  # filled in place: no list to join
         for s in np.flatnonzero([len(sk) > 0 for sk in skips]):
-            g = offsets[s] + skips[s]
+            sk = skips[s]
+            g = ids[at:at + len(sk)]
+            np.add(sk, offsets[s], out=g)
             pick = (g * 2654435761) % (1 << 32)  # a fixed hash: the same every epoch and run
-            if len(skips[s]) < spp[s]:  # the j-th kept sample of the shard, found from its skip list alone (no array the size of the shard)
-                j = pick % (spp[s] - len(skips[s]))
-                ids.append(g); to.append(offsets[s] + j + np.searchsorted(skips[s] - np.arange(len(skips[s])), j, side='right'))
-                continue
-            i = self.stream_per_shard[s]  # the whole shard is skipped: substitutes from its stream's other shards, never another stream's
-            kept = np.concatenate([offsets[t] + np.setdiff1d(np.arange(spp[t]), skips[t], assume_unique=True) for t in range(sso[i], sso[i + 1])])
-            ids.append(g); to.append(kept[pick % len(kept)])
-        return np.concatenate(ids), np.concatenate(to)
+            if len(sk) < spp[s]:  # the j-th kept sample of the shard, found from its skip list alone (no array the size of the shard)
+                j = pick % (spp[s] - len(sk))
+                to[at:at + len(sk)] = offsets[s] + j + np.searchsorted(sk - np.arange(len(sk)), j, side='right')
+            else:  # the whole shard is skipped: substitutes from its stream's other shards, never another stream's
+                i = self.stream_per_shard[s]
+                kept = np.concatenate([offsets[t] + np.setdiff1d(np.arange(spp[t]), skips[t], assume_unique=True) for t in range(sso[i], sso[i + 1])])
+                to[at:at + len(sk)] = kept[pick % len(kept)]
+            at += len(sk)
+        return ids, to
 
     def served_ids(self,
                    ids:np.ndarray, # global sample ids (negative: padding, kept as they are)

@@ -426,8 +426,15 @@ def filter_tree(root:str|Path, # an MDS tree written from `table`
         unscored = per_bucket(f'label IN ({labs}) AND score IS NULL') if min_score > 0 else {}
         per = {bucket_key(b): {l: 0 for l in labels} for b in buckets}
         old = {(bucket_key(b), l, sh) for b in buckets for l in labels for sh in skip_shards(b, l)}
-        rows = con.sql(f'SELECT bucket, label, shard, index FROM j WHERE label IN ({labs}) AND {ok} ORDER BY bucket, label, shard, index')
-        for (b, l, sh), idx in sorted_runs(tqdm(rows.to_arrow_reader(1 << 16), desc='filter', unit='batch', disable=not progress),
+        # the lists to write, split by (bucket, label, shard) and each part sorted on its own: a shard's list is whole in one
+        # part, so reading the parts one after the other gives every list in one run, with no sort of them all
+        sel = f'(SELECT bucket, label, shard, index FROM j WHERE label IN ({labs}) AND {ok})'
+        n_sel = con.execute(f'SELECT count(*) FROM {sel}').fetchone()[0]
+        in_parts(con, 'SELECT * FROM {s} ORDER BY bucket, label, shard, index', dict(s=sel), key='bucket, label, shard',
+                 n=n_sel, part_rows=JOIN_ROWS, out=spill / 'lists')
+        parts = sorted(spill.glob('lists.*.parquet'), key=lambda f: int(f.name.split('.')[1]))
+        batches = (b for f in parts for b in pq.ParquetFile(f).iter_batches(1 << 16))
+        for (b, l, sh), idx in sorted_runs(tqdm(batches, desc='filter', unit='batch', disable=not progress),
                                            ['bucket', 'label', 'shard']):  # one shard's list in memory at a time
             set_skips(root / b, sh, l, indices=idx, made_by=made_by)
             per[b][l] += len(idx); old.discard((b, l, sh))
