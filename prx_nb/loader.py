@@ -11,7 +11,7 @@ from streaming import Stream, StreamingDataset
 from streaming.base.world import World
 from streaming.base.spanner import Spanner
 import streaming.base.dataset as mosaic_dataset
-from .core import call_parse
+from .core import call_parse, trim_heap
 from .tree import (iter_buckets, bucket_key, shard_header_problem, file_sha1, skip_files, SKIP_RECORD,
                    OPTOUT, read_id_column, ledger_path, read_ledger, tree_table, read_optouts, stale_optouts, optout_indices,
                    skip_arrays)
@@ -344,8 +344,10 @@ class SkipsMixin:
                 raise ValueError(f'every sample of the stream {_stream_dir(st)} is skipped: nothing to stream from it; '
                                  'leave it out of the streams (`prx_nb.loader.tree_dataset` and `prx_dataset` do so by themselves)')
         ids, to, at = np.empty(self.num_skipped, np.int64), np.empty(self.num_skipped, np.int64), 0  # filled in place: no list to join
+        whole = {self.stream_per_shard[s] for s, sk in enumerate(skips) if len(sk) and len(sk) == spp[s]}  # streams whose lists stay to the end
         for s in np.flatnonzero([len(sk) > 0 for sk in skips]):
             sk = skips[s]
+            if self.stream_per_shard[s] not in whole: skips[s] = None  # each list let go as the table takes it in: never both whole
             g = ids[at:at + len(sk)]
             np.add(sk, offsets[s], out=g)
             pick = (g * 2654435761) % (1 << 32)  # a fixed hash: the same every epoch and run
@@ -550,11 +552,23 @@ class TreeDataset(SkipStreamingDataset):
                              f"from one bucket) or 'device_per_stream' (every device batch), not {bm!r}")
         self.keys, self.transform = list(keys), transform
         super().__init__(small=small, **kwargs)
-        per = [len(self.resample_streams(0, i)[1]) for i in range(len(self.streams))]  # samples of each bucket per epoch
+        per = [self._epoch_samples(i) for i in range(len(self.streams))]  # samples of each bucket per epoch
         self.samples_per_bucket = dict(zip(self.keys, per))
         self.length = sum(per) // self._parallel_rank_world.num_ranks
 
     def __len__(self)->int: return self.length
+
+    def _epoch_samples(self, i:int)->int:
+        "Samples stream `i` serves per epoch, as `resample_streams` gives them: counted when the stream is taken whole (no proportion), with no array of its ids"
+        n = int(self.samples_per_stream[i])
+        if self.streams[i].choose != n: return len(self.resample_streams(0, i)[1])  # a share of it: Mosaic's sampling decides
+        if getattr(self, '_drop_early', False): n -= self.skipped_per_stream[i]
+        if self.skip_small is None or not n: return n
+        g = pad_multiple(self.batching_method, self._parallel_rank_world, batch_size=self.batch_size or 1, num_canonical_nodes=self.num_canonical_nodes)
+        if self.skip_small == 'pad': return n + (-n % g)
+        least = self._parallel_rank_world.num_nodes * (self.batch_size or 1) if self.batching_method == 'device_per_stream' else g
+        if n % g and n < least: return len(self.resample_streams(0, i)[1])  # too few to batch: its own error says why
+        return n if n < g else n - n % g
 
     def get_item(self, sample_id:int, retry:int=7):
         "The sample at `sample_id` (or its substitute), through `transform` when one is given"
@@ -651,6 +665,7 @@ def tree_dataset(root:str|Path, # an MDS tree: a local folder, or a remote URI (
                               download_timeout=kwargs.get('download_timeout', 60), validate_hash=None))  # set per stream by the dataset
         if r: fetch_tree_files(st)
         streams[k], counts[k] = st, _counts(st, reasons, trees, view=view, views=views)
+        trim_heap()  # a sidecar is read through a Python list: its memory goes back before the next bucket's
     outside = {k: _outside_view(view) for k in keys if getattr(streams[k], '_prx_view_kept', 1) == 0}  # expected: no news
     left = outside | _small_buckets([k for k in keys if k not in outside], {k: c for k, c in counts.items() if k not in outside},
                                     small=small, on_skip=on_skip, batch_size=batch_size, batching=batching_method,

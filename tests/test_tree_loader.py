@@ -76,6 +76,11 @@ def test_set_up_reads_each_buckets_skip_lists_once_and_keeps_them_off_the_stream
     mosaic = Spanner(np.array(ds.samples_per_shard, np.int64))
     assert [ds.spanner[i] for i in range(ds.num_samples)] == [mosaic[i] for i in range(ds.num_samples)]
     assert len(pickle.dumps(ds.streams)) < 20_000
+    for kw in (dict(), dict(on_skip='drop'), dict(small='drop'), dict(on_skip='drop', small='drop', batching_method='device_per_stream')):
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            d = tree_dataset(root, batch_size=2, seed=5, **kw)
+        assert d.samples_per_bucket == {k: len(d.resample_streams(0, i)[1]) for i, k in enumerate(d.keys)}, kw  # counted, not resampled
     seen.clear()
     from streaming import Stream
     ds2 = L.TreeDataset(keys=ds.keys, streams=[Stream(local=str(root / k)) for k in ds.keys], batch_size=2, shuffle_seed=5)
