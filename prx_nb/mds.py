@@ -17,7 +17,7 @@ from .table import sql_in, image_bytes, META_SCAN
 from .bucket import Bucketer, TIERS, MAX_UPSCALE
 from .stage import Stage, StageRun, RunContext, opt, with_options
 from .tree import (spill_db, iter_buckets, bucket_key, check_bucket, refuse_damaged, read_whole, sweep_tmp, skips_by_id,
-                   write_skips_by_id, abs_table, read_ledger, tree_table, read_optouts, write_optout_record)
+                   write_skips_by_id, abs_table, read_ledger, tree_table, read_optouts, write_optout_record, manifest_batches)
 
 # %% auto #0
 __all__ = ['MDS_COLUMNS', 'LEGACY_COLUMNS', 'caption_fields', 'sample_columns', 'raw_images', 'as_image_sample', 'PlannedRows',
@@ -351,18 +351,22 @@ def merge_parts(parts:list, # finished part folders, in sample order
                 _link(p / s['raw_data']['basename'], tmp / name)
                 shards.append(s | dict(raw_data=s['raw_data'] | dict(basename=name)))
                 names.append((name, s['samples']))
-            m = pq.read_table(p / 'manifest.parquet')
-            m = m.drop_columns([c for c in ('shard', 'index') if c in m.column_names])  # a finished bucket's own columns
             counts = np.array([k for _, k in names], np.int64)
-            m = m.append_column('shard', pa.array([n for n, _ in names], pa.string()).take(np.repeat(np.arange(len(names)), counts)))  # no Python string per sample
-            m = m.append_column('index', pa.array(np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts), pa.int32()))
-            if man is None: man = pq.ParquetWriter(tmp / 'manifest.parquet', m.schema)
-            man.write_table(m.cast(man.schema))
+            ends, files, at = np.cumsum(counts), pa.array([n for n, _ in names], pa.string()), 0
+            cols = [c for c in pq.read_schema(p / 'manifest.parquet').names if c not in ('shard', 'index')]  # a finished bucket's own columns go
+            for b in manifest_batches(p / 'manifest.parquet', cols):  # a batch at a time: a part of any size
+                pos = np.arange(at, at + b.num_rows); at += b.num_rows
+                k = np.searchsorted(ends, pos, side='right')  # each sample's shard, and its index there: no Python string per sample
+                m = pa.Table.from_batches([b]).append_column('shard', files.take(k)).append_column('index', pa.array(pos - (ends - counts)[k], pa.int32()))
+                if man is None: man = pq.ParquetWriter(tmp / 'manifest.parquet', m.schema)
+                man.write_table(m.cast(man.schema))
+            if at != counts.sum():
+                raise ValueError(f'{p}: its manifest lists {at} samples and its shards hold {counts.sum()}; write the part again')
             r = pq.read_table(p / 'rejected.parquet')
             if rej is None: rej = pq.ParquetWriter(tmp / 'rejected.parquet', r.schema)
             rej.write_table(r.cast(rej.schema))
-            written += m.num_rows; rejected.update(r['status'].to_pylist())
-            del m, r; trim_heap()  # the part's manifest, handed back before the next is read
+            written += at; rejected.update(r['status'].to_pylist())
+            del r; trim_heap()  # the part's batches, handed back before the next part is read
     finally:
         for w in (man, rej):
             if w is not None: w.close()
