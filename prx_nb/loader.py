@@ -183,6 +183,19 @@ def check_skip_options(on_skip:str, # 'substitute' or 'drop'
     if on_skip not in ('substitute', 'drop'): raise ValueError(f"on_skip must be 'substitute' or 'drop', not {on_skip!r}")
     if small not in (None, 'pad', 'drop'): raise ValueError(f"small must be 'pad', 'drop' or None, not {small!r}")
 
+def _stream_skips(st, # a `streaming.Stream` over one bucket of a tree
+                 reasons, # skip-list reasons (None: every one but views'); opt-outs apply whatever they are
+                 trees:dict, # a cache: tree → its opt-outs (pass the same dict for every stream)
+                 *,
+                 views=(), # the view reasons of the stream (`stream_views`)
+                ):
+    "Shard basename → the sorted indices stream `st` never serves: its skip lists of `reasons` and `views`, and its tree's opt-outs (8 bytes a skipped sample)"
+    local = _stream_dir(st)
+    sk = skip_arrays(local, None if reasons is None else set(reasons) | {'optout'}, views=views)
+    for name, idx in optout_indices(local, stream_optouts(st, trees)).items():
+        sk[name] = np.union1d(sk.get(name, np.zeros(0, np.int64)), np.fromiter(idx, np.int64))
+    return sk
+
 class LeanSpanner(Spanner):
     "Mosaic's `Spanner` (global sample id → shard) built from the shard bounds: the same spans, without Mosaic's array of one shard id per sample (668 MB at 83M samples, at set-up)"
     def __init__(self, shard_sizes:np.ndarray, span_size:int=1 << 10):
@@ -268,7 +281,7 @@ class SkipsMixin:
             if local not in cache:
                 views = stream_views(st, self.skip_view, vcache, samples=self.samples_per_stream[self.stream_per_shard[sid]])
                 got = st.__dict__.pop('_prx_skips', None)  # never pickled to the workers with the stream
-                cache[local] = got[1] if got and got[0] == (self.reasons, views) else _stream_skips(st, self.reasons, trees, views)
+                cache[local] = got[1] if got and got[0] == (self.reasons, views) else _stream_skips(st, self.reasons, trees, views=views)
             out.append(cache[local].get(shard.raw_data.basename, np.zeros(0, np.int64)))
         return out
 
@@ -494,18 +507,6 @@ def tree_buckets(root:str|Path, # an MDS tree: a local folder, or a remote URI (
     return sorted(keys, key=lambda k: (int(k.split('/')[0]), k))
 
 # %% ../nbs/12_loader.ipynb #0af84c62
-def _stream_skips(st, # a `streaming.Stream` over one bucket of a tree
-                 reasons, # skip-list reasons (None: every one but views'); opt-outs apply whatever they are
-                 trees:dict, # a cache: tree → its opt-outs (pass the same dict for every stream)
-                 views=(), # the view reasons of the stream (`stream_views`)
-                ):
-    "Shard basename → the sorted indices stream `st` never serves: its skip lists of `reasons` and `views`, and its tree's opt-outs (8 bytes a skipped sample)"
-    local = _stream_dir(st)
-    sk = skip_arrays(local, None if reasons is None else set(reasons) | {'optout'}, views=views)
-    for name, idx in optout_indices(local, stream_optouts(st, trees)).items():
-        sk[name] = np.union1d(sk.get(name, np.zeros(0, np.int64)), np.fromiter(idx, np.int64))
-    return sk
-
 def _counts(st:Stream, reasons, trees:dict, view=None, views:dict|None=None)->tuple:
     "(samples, kept) of stream `st` (a bucket) under `reasons`, `view` and its tree's opt-outs; `trees` caches the opt-outs, `views` the views. The lists stay on the stream for the dataset made from it, which reads them no more"
     local = Path(st.local) / (st.split or '')
@@ -516,7 +517,7 @@ def _counts(st:Stream, reasons, trees:dict, view=None, views:dict|None=None)->tu
         n = pq.ParquetFile(local / 'manifest.parquet').metadata.num_rows
     vr = stream_views(st, view, {} if views is None else views, samples=n)
     reasons = None if reasons is None else set(reasons) | {'optout'}
-    sk = _stream_skips(st, reasons, trees, vr)
+    sk = _stream_skips(st, reasons, trees, views=vr)
     st._prx_skips = ((reasons, vr), sk)
     return n, n - sum(map(len, sk.values()))
 
